@@ -1,0 +1,78 @@
+// Shared declarations of the PyTorch binding (csrc/aten). The binding only adapts PyTorch's interfaces to
+// the C runtime (runtime/neuron_runtime.h) and kernel library (kernels/neuron_kernels.h).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+extern "C" {
+#include "kernels/neuron_kernels.h"
+#include "runtime/neuron_runtime.h"
+}
+
+namespace torch_neuronx {
+
+// Raises the runtime's last error as a Python exception: torch.OutOfMemoryError for NRN_RESOURCE,
+// RuntimeError otherwise. `what` names the failing call.
+[[noreturn]] void raise_status(nrn_status s, const char* what);
+
+#define NRN_CHECK(expr)                                   \
+  do {                                                    \
+    nrn_status _nrn_s = (expr);                           \
+    if (_nrn_s != NRN_SUCCESS) ::torch_neuronx::raise_status(_nrn_s, #expr); \
+  } while (0)
+
+// Runtime initialisation on first use; raises with the runtime's message (e.g. a bad environment).
+void ensure_init();
+int device_count();
+// Raises a clear error unless 0 <= index < device_count().
+void check_device_index(int64_t index);
+c10::DeviceIndex current_device();
+
+c10::DeviceAllocator* neuron_allocator();
+
+// The neuron generator: Philox key (seed) and counter offset, as DTensor's RNG tracker reads them.
+struct NeuronGeneratorImpl : public c10::GeneratorImpl {
+  explicit NeuronGeneratorImpl(c10::DeviceIndex device_index = -1);
+  void set_current_seed(uint64_t seed) override;
+  void set_offset(uint64_t offset) override;
+  uint64_t get_offset() const override;
+  uint64_t current_seed() const override;
+  uint64_t seed() override;
+  void set_state(const c10::TensorImpl& new_state) override;
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
+  // The key and a pointer to the offset; the caller holds mutex_ and lets a kernel advance the offset.
+  uint64_t seed_value() const { return seed_; }
+  uint64_t* offset_ptr() { return &offset_; }
+
+ private:
+  NeuronGeneratorImpl* clone_impl() const override;
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+const at::Generator& default_generator(c10::DeviceIndex device_index);
+// The generator an op uses: the one passed, else the default generator of the device.
+NeuronGeneratorImpl* get_generator(const std::optional<at::Generator>& gen, c10::DeviceIndex device_index);
+
+// Kernel-library descriptor of a tensor (host-addressable memory: neuron or CPU). Returns false when
+// the tensor cannot be described (dtype without a kernel, too many dims, conj/neg bits).
+bool to_nk(const at::Tensor& t, nk_tensor* out);
+bool nk_dtype_of(at::ScalarType st, nk_dtype* out);
+[[noreturn]] void raise_kernel_status(nk_status s, const char* op, const at::Tensor& t);
+
+// A CPU tensor sharing the memory (and the sizes, strides, offset, conj/neg bits) of a neuron tensor.
+// The CPU storage does not own the memory: the neuron tensor must outlive the alias.
+at::Tensor cpu_alias(const at::Tensor& t);
+
+// Per-operator call counters: native kernel vs CPU fallback.
+void count_native(const char* op);
+void count_fallback(const std::string& op);
+
+}  // namespace torch_neuronx

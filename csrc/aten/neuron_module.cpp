@@ -1,0 +1,69 @@
+// The Python module torch_neuronx._C: what torch.neuron needs beyond PyTorch's generic device APIs.
+#include "aten/neuron_aten.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include <map>
+
+namespace torch_neuronx {
+std::map<std::string, std::pair<int64_t, int64_t>> op_counts();
+void reset_op_counts();
+}  // namespace torch_neuronx
+
+using namespace torch_neuronx;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "TorchNeuron native binding";
+
+  m.def("_init", [] { ensure_init(); });
+  m.def("_is_initialized", [] { return nrn_is_initialized(); });
+  // Never raises: a broken environment reports zero devices here; _init() explains why.
+  m.def("_device_count", [] {
+    int n = 0;
+    if (nrn_init() != NRN_SUCCESS || nrn_device_count(&n) != NRN_SUCCESS) return 0;
+    return n;
+  });
+  m.def("_init_error", [] {
+    nrn_status s = nrn_init();
+    return s == NRN_SUCCESS ? std::string() : std::string(nrn_last_error());
+  });
+  m.def("_get_device", [] { return static_cast<int>(current_device()); });
+  m.def("_set_device", [](int64_t d) {
+    check_device_index(d);
+    NRN_CHECK(nrn_device_set_current(static_cast<int>(d)));
+  });
+  m.def("_check_device", [](int64_t d) { check_device_index(d); });
+  m.def("_get_device_properties", [](int64_t d) {
+    check_device_index(d);
+    nrn_device_props p;
+    NRN_CHECK(nrn_device_get_props(static_cast<int>(d), &p));
+    pybind11::dict out;
+    out["name"] = std::string(p.name);
+    out["index"] = p.logical_index;
+    out["physical_index"] = p.physical_index;
+    out["chip"] = p.chip;
+    out["physical_cores"] = p.physical_cores;
+    out["major"] = p.major;
+    out["minor"] = p.minor;
+    out["total_memory"] = p.memory_capacity;
+    out["sbuf_bytes"] = p.sbuf_bytes;
+    out["psum_bytes"] = p.psum_bytes;
+    return out;
+  });
+  m.def("_synchronize", [](int64_t d) {
+    check_device_index(d);
+    NRN_CHECK(nrn_device_synchronize(static_cast<int>(d)));
+  });
+  m.def("_get_default_generator", [](int64_t d) {
+    const at::Generator& g = default_generator(static_cast<c10::DeviceIndex>(d));
+    return pybind11::reinterpret_steal<pybind11::object>(THPGenerator_initDefaultGenerator(g));
+  });
+  m.def("_set_memory_capacity", [](int64_t d, uint64_t bytes) {
+    check_device_index(d);
+    NRN_CHECK(nrn_mem_set_capacity(static_cast<int>(d), bytes));
+  });
+  m.def("_op_counts", [] { return op_counts(); });
+  m.def("_reset_op_counts", [] { reset_op_counts(); });
+  m.def("_log_level", [] { return static_cast<int>(nrn_log_level_get()); });
+}

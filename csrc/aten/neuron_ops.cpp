@@ -1,0 +1,775 @@
+// Operator registrations for the neuron device: tensor life, copies, random ops, the zero-copy CPU
+// fallback for every other operator, and autocast.
+#include "aten/neuron_aten.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/native/DistributionTemplates.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_neuronx {
+
+// ---- op counters ----------------------------------------------------------------------------------
+
+namespace {
+struct OpCount {
+  std::atomic<int64_t> native{0}, fallback{0};
+};
+std::mutex g_count_mu;
+std::unordered_map<std::string, std::unique_ptr<OpCount>>& counts() {
+  static auto* m = new std::unordered_map<std::string, std::unique_ptr<OpCount>>();
+  return *m;
+}
+OpCount& count_slot(const std::string& op) {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  auto& slot = counts()[op];
+  if (!slot) slot = std::make_unique<OpCount>();
+  return *slot;
+}
+}  // namespace
+
+void count_native(const char* op) { count_slot(op).native.fetch_add(1, std::memory_order_relaxed); }
+void count_fallback(const std::string& op) { count_slot(op).fallback.fetch_add(1, std::memory_order_relaxed); }
+
+std::map<std::string, std::pair<int64_t, int64_t>> op_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  std::map<std::string, std::pair<int64_t, int64_t>> out;
+  for (auto& kv : counts()) out[kv.first] = {kv.second->native.load(), kv.second->fallback.load()};
+  return out;
+}
+
+void reset_op_counts() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  for (auto& kv : counts()) {
+    kv.second->native = 0;
+    kv.second->fallback = 0;
+  }
+}
+
+// ---- descriptors and aliases ----------------------------------------------------------------------
+
+bool nk_dtype_of(at::ScalarType st, nk_dtype* out) {
+  switch (st) {
+    case at::kBool: *out = NK_BOOL; return true;
+    case at::kByte: *out = NK_U8; return true;
+    case at::kChar: *out = NK_I8; return true;
+    case at::kShort: *out = NK_I16; return true;
+    case at::kInt: *out = NK_I32; return true;
+    case at::kLong: *out = NK_I64; return true;
+    case at::kHalf: *out = NK_F16; return true;
+    case at::kBFloat16: *out = NK_BF16; return true;
+    case at::kFloat: *out = NK_F32; return true;
+    case at::kDouble: *out = NK_F64; return true;
+    case at::kUInt16: *out = NK_U16; return true;
+    case at::kUInt32: *out = NK_U32; return true;
+    case at::kUInt64: *out = NK_U64; return true;
+    default: return false;
+  }
+}
+
+bool to_nk(const at::Tensor& t, nk_tensor* out) {
+  if (t.is_conj() || t.is_neg() || t.dim() > NK_MAX_DIMS || t.layout() != at::kStrided) return false;
+  if (!nk_dtype_of(t.scalar_type(), &out->dtype)) return false;
+  out->data = t.numel() ? t.data_ptr() : nullptr;
+  out->ndim = static_cast<int32_t>(t.dim());
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    out->sizes[i] = t.size(i);
+    out->strides[i] = t.stride(i);
+  }
+  return true;
+}
+
+void raise_kernel_status(nk_status s, const char* op, const at::Tensor& t) {
+  TORCH_CHECK(false, op, ": neuron kernel failed (status ", static_cast<int>(s), ") for a tensor of shape ",
+              t.sizes(), ", strides ", t.strides(), " and dtype ", t.scalar_type());
+}
+
+namespace {
+
+void noop_delete(void*) {}
+
+// CPU aliases of neuron storages for one fallback call. Tensors sharing a neuron storage share one
+// alias storage, so PyTorch's CPU overlap checks see them as the same memory. The alias storage is
+// resizable with the neuron allocator, so a CPU kernel that resizes an out= argument allocates device
+// memory, which is handed back to the neuron storage afterwards.
+struct AliasSet {
+  struct Entry {
+    c10::Storage neuron, alias;
+    void* original_ptr;
+    size_t original_nbytes;
+  };
+  std::vector<Entry> entries;
+
+  const c10::Storage& alias_of(const c10::Storage& s) {
+    for (auto& e : entries)
+      if (e.neuron.unsafeGetStorageImpl() == s.unsafeGetStorageImpl()) return e.alias;
+    void* p = s.unsafeGetStorageImpl()->mutable_data();
+    c10::Storage alias(c10::Storage::use_byte_size_t(), s.nbytes(),
+                       at::DataPtr(p, p, &noop_delete, at::Device(at::kCPU)), neuron_allocator(), /*resizable=*/true);
+    entries.push_back({s, std::move(alias), p, s.nbytes()});
+    return entries.back().alias;
+  }
+
+  at::Tensor cpu(const at::Tensor& t) {
+    auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(alias_of(t.storage())),
+                                                     c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    at::Tensor out(std::move(impl));
+    if (t.is_conj()) out._set_conj(true);
+    if (t.is_neg()) out._set_neg(true);
+    return out;
+  }
+
+  // Neuron view of a CPU tensor living on one of the alias storages, or an undefined tensor.
+  at::Tensor neuron_view(const at::Tensor& r) {
+    for (auto& e : entries) {
+      if (r.storage().unsafeGetStorageImpl() != e.alias.unsafeGetStorageImpl()) continue;
+      auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(e.neuron),
+                                                       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), r.dtype());
+      impl->set_sizes_and_strides(r.sizes(), r.strides(), r.storage_offset());
+      at::Tensor out(std::move(impl));
+      if (r.is_conj()) out._set_conj(true);
+      if (r.is_neg()) out._set_neg(true);
+      return out;
+    }
+    return at::Tensor();
+  }
+
+  // Hands memory that a CPU kernel reallocated (by resizing an alias storage) to the neuron storage.
+  void adopt_resized() {
+    for (auto& e : entries) {
+      auto* a = e.alias.unsafeGetStorageImpl();
+      if (a->data() == e.original_ptr && a->nbytes() == e.original_nbytes) continue;
+      auto* n = e.neuron.unsafeGetStorageImpl();
+      size_t nbytes = a->nbytes();
+      at::DataPtr fresh = a->set_data_ptr(at::DataPtr(nullptr, at::Device(at::kCPU)));
+      if (fresh.get_deleter() == &noop_delete) {
+        // Shrunk in place without reallocation: only the byte count changed.
+        n->set_nbytes(nbytes);
+        continue;
+      }
+      n->set_data_ptr_noswap(std::move(fresh));
+      n->set_nbytes(nbytes);
+    }
+  }
+};
+
+}  // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  // The alias keeps the neuron storage alive through its own reference.
+  AliasSet set;
+  at::Tensor a = set.cpu(t);
+  return a;
+}
+
+// A CPU generator keyed by the neuron generator's state, which it advances: random ops that run on
+// the CPU still follow torch.neuron.manual_seed.
+at::Generator cpu_generator_from(NeuronGeneratorImpl* g) {
+  std::lock_guard<std::mutex> lock(g->mutex_);
+  uint64_t* off = g->offset_ptr();
+  uint64_t x = g->seed_value() ^ (*off * 0x9E3779B97F4A7C15ull);
+  *off += 4;
+  // splitmix64 finaliser: nearby (seed, offset) pairs give unrelated CPU seeds.
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return at::detail::createCPUGenerator(x);
+}
+
+namespace {
+
+// ---- tensor life ----------------------------------------------------------------------------------
+
+c10::Device resolve_device(std::optional<c10::Device> device) {
+  c10::Device d = device.value_or(c10::Device(c10::DeviceType::PrivateUse1, -1));
+  TORCH_CHECK(d.type() == c10::DeviceType::PrivateUse1, "expected a neuron device, got ", d);
+  if (d.index() < 0) return c10::Device(c10::DeviceType::PrivateUse1, current_device());
+  check_device_index(d.index());
+  return d;
+}
+
+void check_factory(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.has_value() || !*pin_memory, "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "neuron tensors support only the strided layout, got ",
+              *layout);
+}
+
+at::Tensor neuron_empty(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                        std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                        std::optional<at::MemoryFormat> memory_format) {
+  count_native("aten::empty.memory_format");
+  check_factory(layout, pin_memory);
+  c10::DeviceGuard guard(resolve_device(device));
+  return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor neuron_empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                                std::optional<at::Layout> layout, std::optional<c10::Device> device,
+                                std::optional<bool> pin_memory) {
+  count_native("aten::empty_strided");
+  check_factory(layout, pin_memory);
+  c10::DeviceGuard guard(resolve_device(device));
+  return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor neuron_as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
+                             std::optional<int64_t> storage_offset) {
+  count_native("aten::as_strided");
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor neuron_view(const at::Tensor& self, at::IntArrayRef size) {
+  count_native("aten::view");
+  return at::native::view(self, size);
+}
+
+at::Tensor neuron_reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
+  count_native("aten::_reshape_alias");
+  return at::native::_reshape_alias(self, size, stride);
+}
+
+// Device memory is host-addressable, so PyTorch's generic resize logic applies; it allocates through
+// the storage's allocator (ours), on the tensor's device.
+const at::Tensor& neuron_resize_(const at::Tensor& self, at::IntArrayRef size,
+                                 std::optional<at::MemoryFormat> memory_format) {
+  count_native("aten::resize_");
+  c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, size, memory_format);
+}
+
+at::Tensor& neuron_set_storage(at::Tensor& self, at::Storage source, int64_t storage_offset, at::IntArrayRef size,
+                               at::IntArrayRef stride) {
+  count_native("aten::set_.source_Storage_storage_offset");
+  c10::DeviceGuard guard(self.device());
+  return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
+}
+
+at::Tensor& neuron_set_source_storage(at::Tensor& self, at::Storage source) {
+  count_native("aten::set_.source_Storage");
+  return at::native::set_(self, std::move(source));
+}
+
+at::Tensor& neuron_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  count_native("aten::set_.source_Tensor");
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& neuron_set_empty(at::Tensor& self) {
+  count_native("aten::set_");
+  c10::DeviceGuard guard(self.device());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, neuron_allocator(), /*resizable=*/true);
+  self.set_(storage, 0, {0}, {});
+  return self;
+}
+
+// ---- copies and fills -----------------------------------------------------------------------------
+
+at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  count_native("aten::_copy_from");
+  if (dst.numel() == 0) return dst;
+  at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
+  nk_tensor d, s;
+  // Same storage or an overlapping destination: PyTorch's CPU copy handles (and rejects) those cases.
+  bool simple = !src.storage().is_alias_of(dst.storage()) && at::has_internal_overlap(dst) != at::MemOverlap::Yes;
+  if (simple && to_nk(dst, &d) && to_nk(src, &s)) {
+    nk_status st = nk_copy(&d, &s);
+    if (st == NK_SUCCESS) return dst;
+    if (st != NK_UNSUPPORTED) raise_kernel_status(st, "copy_", dst);
+  }
+  AliasSet set;
+  at::Tensor d_cpu = dst.is_cpu() ? dst : set.cpu(dst);
+  at::Tensor s_cpu = src.is_cpu() ? src : set.cpu(src);
+  d_cpu.copy_(s_cpu);
+  return dst;
+}
+
+at::Tensor neuron_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  count_native("aten::_copy_from_and_resize");
+  dst.resize_(self.sizes());
+  return neuron_copy_from(self, dst, false);
+}
+
+at::Scalar neuron_local_scalar_dense(const at::Tensor& self) {
+  count_native("aten::_local_scalar_dense");
+  NRN_CHECK(nrn_device_synchronize(self.device().index()));
+  return at::native::_local_scalar_dense_cpu(cpu_alias(self));
+}
+
+// Raises like PyTorch CPU when the value does not fit the dtype (e.g. 300 into uint8).
+void check_fill_value(const at::Scalar& v, at::ScalarType st) {
+  switch (st) {
+    case at::kBool: (void)v.to<bool>(); break;
+    case at::kByte: (void)v.to<uint8_t>(); break;
+    case at::kChar: (void)v.to<int8_t>(); break;
+    case at::kShort: (void)v.to<int16_t>(); break;
+    case at::kInt: (void)v.to<int32_t>(); break;
+    case at::kLong: (void)v.to<int64_t>(); break;
+    case at::kHalf: (void)v.to<at::Half>(); break;
+    case at::kBFloat16: (void)v.to<at::BFloat16>(); break;
+    case at::kFloat: (void)v.to<float>(); break;
+    case at::kDouble: (void)v.to<double>(); break;
+    default: break;
+  }
+}
+
+at::Tensor& fill_impl(at::Tensor& self, const at::Scalar& v) {
+  nk_tensor t;
+  bool simple_value = v.isFloatingPoint() || v.isBoolean() || (v.isIntegral(false) && !v.isUnsigned());
+  if (simple_value && at::has_internal_overlap(self) != at::MemOverlap::Yes && to_nk(self, &t)) {
+    check_fill_value(v, self.scalar_type());
+    nk_scalar s{};
+    if (v.isFloatingPoint()) {
+      s.is_float = true;
+      s.f = v.toDouble();
+    } else {
+      s.i = v.isBoolean() ? static_cast<int64_t>(v.toBool()) : v.toLong();
+    }
+    nk_status st = nk_fill(&t, s);
+    if (st == NK_SUCCESS) return self;
+    if (st != NK_UNSUPPORTED) raise_kernel_status(st, "fill_", self);
+  }
+  cpu_alias(self).fill_(v);
+  return self;
+}
+
+at::Tensor& neuron_fill_scalar(at::Tensor& self, const at::Scalar& v) {
+  count_native("aten::fill_.Scalar");
+  return fill_impl(self, v);
+}
+
+at::Tensor& neuron_fill_tensor(at::Tensor& self, const at::Tensor& v) {
+  count_native("aten::fill_.Tensor");
+  TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(),
+              " dimensions.");
+  return fill_impl(self, v.item());
+}
+
+at::Tensor& neuron_zero_(at::Tensor& self) {
+  count_native("aten::zero_");
+  return fill_impl(self, at::Scalar(0));
+}
+
+// ---- random ---------------------------------------------------------------------------------------
+// Argument checks and range computation come from PyTorch's distribution templates (so errors match
+// CPU); the kernels run the library's Philox generator under the neuron generator's lock.
+
+template <class F>
+void run_rng(const at::Tensor& self, std::optional<at::Generator> gen, const char* op, F&& kernel,
+             void (*cpu_slow)(at::Tensor&, at::Generator&)) {
+  NeuronGeneratorImpl* g = get_generator(gen, self.device().index());
+  nk_tensor t;
+  if (to_nk(self, &t)) {
+    nk_status st;
+    {
+      std::lock_guard<std::mutex> lock(g->mutex_);
+      st = kernel(&t, g->seed_value(), g->offset_ptr());
+    }
+    if (st == NK_SUCCESS) return;
+    if (st != NK_UNSUPPORTED) raise_kernel_status(st, op, self);
+  }
+  at::Generator cg = cpu_generator_from(g);
+  at::Tensor a = cpu_alias(self);
+  cpu_slow(a, cg);
+}
+
+thread_local double tl_a, tl_b;  // scalar arguments for the CPU slow paths below
+
+template <typename RNG>
+struct UniformKernel {
+  void operator()(at::TensorIteratorBase& iter, double from, double to, std::optional<at::Generator> gen) {
+    const at::Tensor& self = iter.tensor(0);
+    tl_a = from;
+    tl_b = to;
+    run_rng(self, gen, "uniform_",
+            [&](nk_tensor* t, uint64_t seed, uint64_t* off) { return nk_rng_uniform(t, seed, off, from, to); },
+            [](at::Tensor& a, at::Generator& g) { a.uniform_(tl_a, tl_b, g); });
+  }
+};
+
+template <typename RNG>
+struct NormalKernel {
+  void operator()(const at::TensorBase& base, double mean, double std, std::optional<at::Generator> gen) {
+    at::Tensor self(base);
+    tl_a = mean;
+    tl_b = std;
+    run_rng(self, gen, "normal_",
+            [&](nk_tensor* t, uint64_t seed, uint64_t* off) { return nk_rng_normal(t, seed, off, mean, std); },
+            [](at::Tensor& a, at::Generator& g) { a.normal_(tl_a, tl_b, g); });
+  }
+};
+
+uint64_t default_random_range(at::ScalarType st) {
+  switch (st) {
+    case at::kBool: return 2;
+    case at::kByte: return 256;
+    case at::kChar: return 128;
+    case at::kShort: return 1ull << 15;
+    case at::kInt: return 1ull << 31;
+    case at::kUInt16: return 1ull << 16;
+    case at::kUInt32: return 1ull << 32;
+    case at::kHalf: return (1ull << 11) + 1;
+    case at::kBFloat16: return (1ull << 8) + 1;
+    case at::kFloat: return (1ull << 24) + 1;
+    case at::kDouble: return (1ull << 53) + 1;
+    default: return 1ull << 63;  // int64, uint64: [0, 2^63 - 1]
+  }
+}
+
+template <typename RNG>
+struct RandomFromToKernel {
+  void operator()(at::TensorIteratorBase& iter, uint64_t range, int64_t base, std::optional<at::Generator> gen) {
+    const at::Tensor& self = iter.tensor(0);
+    run_rng(self, gen, "random_",
+            [&](nk_tensor* t, uint64_t seed, uint64_t* off) { return nk_rng_random(t, seed, off, base, range); },
+            nullptr);
+  }
+  // The full 64-bit range: the kernel's range argument is at most 2^64 - 1, one value short of it.
+  void operator()(at::TensorIteratorBase& iter, std::optional<at::Generator> gen) {
+    (*this)(iter, UINT64_MAX, INT64_MIN, gen);
+  }
+};
+
+template <typename RNG>
+struct RandomKernel {
+  void operator()(at::TensorIteratorBase& iter, std::optional<at::Generator> gen) {
+    const at::Tensor& self = iter.tensor(0);
+    uint64_t range = default_random_range(self.scalar_type());
+    run_rng(self, gen, "random_",
+            [&](nk_tensor* t, uint64_t seed, uint64_t* off) { return nk_rng_random(t, seed, off, 0, range); },
+            nullptr);
+  }
+};
+
+template <typename RNG>
+struct BernoulliKernel {
+  void operator()(const at::TensorBase& base, double p, std::optional<at::Generator> gen) {
+    at::Tensor self(base);
+    tl_a = p;
+    run_rng(self, gen, "bernoulli_",
+            [&](nk_tensor* t, uint64_t seed, uint64_t* off) { return nk_rng_bernoulli(t, seed, off, p); },
+            [](at::Tensor& a, at::Generator& g) { a.bernoulli_(tl_a, g); });
+  }
+  void operator()(const at::TensorBase& base, const at::TensorBase& p_base, std::optional<at::Generator> gen) {
+    at::Tensor self(base);
+    at::Tensor p = at::Tensor(p_base).expand(self.sizes());
+    nk_tensor pt;
+    NeuronGeneratorImpl* g = get_generator(gen, self.device().index());
+    nk_tensor t;
+    if (to_nk(self, &t) && to_nk(p, &pt)) {
+      nk_status st;
+      {
+        std::lock_guard<std::mutex> lock(g->mutex_);
+        st = nk_rng_bernoulli_tensor(&t, &pt, g->seed_value(), g->offset_ptr());
+      }
+      if (st == NK_SUCCESS) return;
+      if (st != NK_UNSUPPORTED) raise_kernel_status(st, "bernoulli_", self);
+    }
+    at::Generator cg = cpu_generator_from(g);
+    cpu_alias(self).bernoulli_(p.is_cpu() ? p : cpu_alias(p), cg);
+  }
+};
+
+struct NeuronRNG {};  // tag for the templates; the generator type is resolved inside the kernels
+
+at::Tensor& neuron_uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
+  count_native("aten::uniform_");
+  return at::native::templates::uniform_impl_<UniformKernel, NeuronRNG>(self, from, to, gen);
+}
+
+at::Tensor& neuron_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
+  count_native("aten::normal_");
+  return at::native::templates::normal_impl_<NormalKernel, NeuronRNG>(self, mean, std, gen);
+}
+
+at::Tensor& neuron_random_(at::Tensor& self, std::optional<at::Generator> gen) {
+  count_native("aten::random_");
+  return at::native::templates::random_impl<RandomKernel, NeuronRNG>(self, gen);
+}
+
+at::Tensor& neuron_random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                               std::optional<at::Generator> gen) {
+  count_native("aten::random_.from");
+  return at::native::templates::random_from_to_impl<RandomFromToKernel, NeuronRNG>(self, from, to, gen);
+}
+
+at::Tensor& neuron_random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+  count_native("aten::random_.to");
+  return at::native::templates::random_from_to_impl<RandomFromToKernel, NeuronRNG>(self, 0, to, gen);
+}
+
+at::Tensor& neuron_bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+  count_native("aten::bernoulli_.float");
+  return at::native::templates::bernoulli_impl_<BernoulliKernel, NeuronRNG>(self, p, gen);
+}
+
+at::Tensor& neuron_bernoulli_tensor(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
+  count_native("aten::bernoulli_.Tensor");
+  return at::native::templates::bernoulli_impl_<BernoulliKernel, NeuronRNG>(self, p, gen);
+}
+
+at::Tensor neuron_bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
+  count_native("aten::bernoulli");
+  at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
+  return neuron_bernoulli_tensor(out, self, gen);
+}
+
+at::Tensor& neuron_randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor& out) {
+  count_native("aten::randperm.generator_out");
+  TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
+  at::native::resize_output(out, {n});
+  NeuronGeneratorImpl* g = get_generator(gen, out.device().index());
+  nk_tensor t;
+  TORCH_CHECK(to_nk(out, &t), "randperm: unsupported dtype ", out.scalar_type(), " on neuron");
+  nk_status st;
+  {
+    std::lock_guard<std::mutex> lock(g->mutex_);
+    st = nk_rng_randperm(&t, n, g->seed_value(), g->offset_ptr());
+  }
+  if (st != NK_SUCCESS) raise_kernel_status(st, "randperm", out);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  count_native("aten::native_dropout");
+  if (input.numel() == 0) return {input, at::empty_like(input, input.options().dtype(at::kBool))};
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  double p1m = 1. - p;
+  double scale = p1m == 0 ? 0. : 1. / p1m;
+  at::Tensor mask = at::empty_like(input, input.options().dtype(at::kBool));
+  mask.bernoulli_(p1m);
+  at::Tensor output = input.mul(mask).mul_(scale);
+  return {output, mask};
+}
+
+void neuron_record_stream(at::Tensor& self, c10::Stream s) {
+  count_native("aten::record_stream");
+  neuron_allocator()->recordStream(self.storage().data_ptr(), s);
+}
+
+// Lets `cpu_param.data = neuron_tensor` (and back) work, as it does between CPU and CUDA: both are
+// dense strided tensors whose TensorImpl metadata can be shallow-copied.
+bool neuron_has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == at::kStrided && !t.is_quantized() && (t.is_cpu() || t.is_privateuseone());
+  };
+  if (self.key_set() == from.key_set()) return true;
+  return dense(self) && dense(from);
+}
+
+// ---- the zero-copy CPU fallback -------------------------------------------------------------------
+
+bool fallback_forbidden() {
+  static const bool forbidden = [] {
+    const char* v = std::getenv("TORCH_NEURONX_DISABLE_FALLBACK");
+    return v && *v && std::string(v) != "0";
+  }();
+  return forbidden;
+}
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& t = arg.type();
+  if (t->kind() == c10::TypeKind::GeneratorType) return true;
+  if (auto opt = t->cast<c10::OptionalType>()) return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  return false;
+}
+
+struct FallbackCall {
+  AliasSet aliases;
+  std::vector<std::pair<at::Tensor, at::Tensor>> tensors;  // (neuron argument, its CPU alias)
+  std::vector<at::Tensor> cpu_inputs;                      // non-neuron tensor arguments, passed as is
+  c10::DeviceIndex device = -1;
+
+  at::Tensor in(const at::Tensor& t) {
+    if (!t.defined()) return t;
+    if (!t.is_privateuseone()) {
+      cpu_inputs.push_back(t);
+      return t;
+    }
+    if (device < 0) device = t.device().index();
+    at::Tensor a = aliases.cpu(t);
+    tensors.emplace_back(t, a);
+    return a;
+  }
+
+  c10::IValue in(const c10::IValue& v) {
+    if (v.isTensor()) return in(v.toTensor());
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> l = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(l.size());
+      for (const at::Tensor& t : l) out.push_back(in(t));
+      return out;
+    }
+    if (v.isList()) {
+      c10::impl::GenericList l = v.toList();
+      c10::impl::GenericList out(l.elementType());
+      out.reserve(l.size());
+      for (const c10::IValue& e : l) out.push_back(in(e));
+      return out;
+    }
+    if (v.isDevice() && v.toDevice().is_privateuseone()) {
+      if (device < 0) device = v.toDevice().index() < 0 ? current_device() : v.toDevice().index();
+      return c10::Device(at::kCPU);
+    }
+    return v;
+  }
+
+  at::Tensor out(const at::Tensor& r) {
+    if (!r.defined() || r.is_privateuseone()) return r;
+    for (auto& p : tensors)
+      if (p.second.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return p.first;
+    for (auto& t : cpu_inputs)
+      if (t.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return r;
+    at::Tensor v = aliases.neuron_view(r);
+    if (v.defined()) return v;
+    // A new CPU result: the one copy this fallback makes.
+    at::Tensor n = r.is_non_overlapping_and_dense()
+                       ? at::empty_strided(r.sizes(), r.strides(), r.options().device(at::kPrivateUse1, device))
+                       : at::empty(r.sizes(), r.options().device(at::kPrivateUse1, device));
+    AliasSet set;
+    set.cpu(n).copy_(r);
+    return n;
+  }
+
+  c10::IValue out(const c10::IValue& v) {
+    if (v.isTensor()) return out(v.toTensor());
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> l = v.toTensorList();
+      c10::List<at::Tensor> res;
+      res.reserve(l.size());
+      for (const at::Tensor& t : l) res.push_back(out(t));
+      return res;
+    }
+    if (v.isList()) {
+      c10::impl::GenericList l = v.toList();
+      c10::impl::GenericList res(l.elementType());
+      for (const c10::IValue& e : l) res.push_back(out(e));
+      return res;
+    }
+    return v;
+  }
+
+  // Metadata a CPU kernel changed on an argument (an out= resize, an in-place restride) is applied to
+  // the neuron tensor the caller holds.
+  void sync_metadata() {
+    for (auto& p : tensors) {
+      const at::Tensor& n = p.first;
+      const at::Tensor& a = p.second;
+      if (n.sizes() == a.sizes() && n.strides() == a.strides() && n.storage_offset() == a.storage_offset()) continue;
+      n.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
+    }
+  }
+};
+
+void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  count_fallback(name);
+  TORCH_CHECK(!fallback_forbidden(), "neuron: operator ", name, " has no native neuron kernel and "
+              "TORCH_NEURONX_DISABLE_FALLBACK is set, which forbids running it on the CPU");
+
+  const auto& args = schema.arguments();
+  const size_t n = args.size();
+  const size_t base = stack->size() - n;
+  FallbackCall call;
+  for (size_t i = 0; i < n; ++i) (*stack)[base + i] = call.in((*stack)[base + i]);
+  if (call.device < 0) call.device = current_device();
+  for (size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[base + i];
+    if (!is_optional_generator(args[i])) continue;
+    if (v.isNone() || (v.isGenerator() && v.toGenerator().device().is_privateuseone())) {
+      std::optional<at::Generator> g;
+      if (v.isGenerator()) g = v.toGenerator();
+      v = cpu_generator_from(get_generator(g, call.device));
+    }
+  }
+
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  NRN_CHECK(nrn_stream_submit(call.device, NRN_STREAM_DEFAULT));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  call.aliases.adopt_resized();
+  call.sync_metadata();
+  const size_t nret = schema.returns().size();
+  for (size_t i = stack->size() - nret; i < stack->size(); ++i) (*stack)[i] = call.out((*stack)[i]);
+}
+
+}  // namespace
+}  // namespace torch_neuronx
+
+using namespace torch_neuronx;
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", neuron_empty);
+  m.impl("empty_strided", neuron_empty_strided);
+  m.impl("as_strided", neuron_as_strided);
+  m.impl("view", neuron_view);
+  m.impl("_reshape_alias", neuron_reshape_alias);
+  m.impl("resize_", neuron_resize_);
+  m.impl("set_.source_Storage_storage_offset", neuron_set_storage);
+  m.impl("set_.source_Storage", neuron_set_source_storage);
+  m.impl("set_.source_Tensor", neuron_set_source_tensor);
+  m.impl("set_", neuron_set_empty);
+  m.impl("_copy_from", neuron_copy_from);
+  m.impl("_copy_from_and_resize", neuron_copy_from_and_resize);
+  m.impl("_local_scalar_dense", neuron_local_scalar_dense);
+  m.impl("fill_.Scalar", neuron_fill_scalar);
+  m.impl("fill_.Tensor", neuron_fill_tensor);
+  m.impl("zero_", neuron_zero_);
+  m.impl("uniform_", neuron_uniform_);
+  m.impl("normal_", neuron_normal_);
+  m.impl("random_", neuron_random_);
+  m.impl("random_.from", neuron_random_from);
+  m.impl("random_.to", neuron_random_to);
+  m.impl("bernoulli_.float", neuron_bernoulli_float);
+  m.impl("bernoulli_.Tensor", neuron_bernoulli_tensor);
+  m.impl("bernoulli", neuron_bernoulli);
+  m.impl("randperm.generator_out", neuron_randperm_out);
+  m.impl("native_dropout", neuron_native_dropout);
+  m.impl("record_stream", neuron_record_stream);
+  m.impl("_has_compatible_shallow_copy_type", neuron_has_compatible_shallow_copy_type);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+}
+
+// Autocast: the same op lists and policies as CUDA.
+#define NEURON_AUTOCAST_LOWER(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define NEURON_AUTOCAST_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+#define NEURON_AUTOCAST_FP32_OPT(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define NEURON_AUTOCAST_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::makeFallthrough()); }
+
+namespace at::autocast {  // the op lists name ATen types unqualified
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  AT_FORALL_LOWER_PRECISION_FP(NEURON_AUTOCAST_LOWER)
+  AT_FORALL_FP32(NEURON_AUTOCAST_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(NEURON_AUTOCAST_FP32_OPT)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  AT_FORALL_PROMOTE(NEURON_AUTOCAST_PROMOTE)
+}
+}  // namespace at::autocast

@@ -1,0 +1,98 @@
+/*
+ * neuron_kernels.h - the TorchNeuron kernel library (C11). The only public header of csrc/kernels.
+ *
+ * Kernels take tensor descriptors (data pointer, dtype, sizes, strides in elements) and never allocate
+ * device memory. Results match PyTorch's CPU kernels: same casting rules, same rounding
+ * (round-to-nearest-even for float -> bfloat16/half), NaN propagated.
+ */
+#ifndef NEURON_KERNELS_H
+#define NEURON_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum nk_status {
+    NK_SUCCESS = 0,
+    NK_INVALID = 2,      /* bad descriptor: too many dims, negative size, shape mismatch */
+    NK_UNSUPPORTED = 15, /* dtype (or dtype pair) not implemented: the caller falls back or raises */
+} nk_status;
+
+typedef enum nk_dtype {
+    NK_BOOL = 0,
+    NK_U8,
+    NK_I8,
+    NK_I16,
+    NK_I32,
+    NK_I64,
+    NK_F16,
+    NK_BF16,
+    NK_F32,
+    NK_F64,
+    NK_U16,
+    NK_U32,
+    NK_U64,
+    NK_DTYPE_COUNT
+} nk_dtype;
+
+#define NK_MAX_DIMS 16
+
+typedef struct nk_tensor {
+    void *data;                     /* address of element [0,...,0] (storage offset already applied) */
+    nk_dtype dtype;
+    int32_t ndim;                   /* 0 = scalar */
+    int64_t sizes[NK_MAX_DIMS];
+    int64_t strides[NK_MAX_DIMS];   /* in elements; 0 for broadcast dimensions; may be negative */
+} nk_tensor;
+
+size_t nk_dtype_size(nk_dtype t);
+const char *nk_dtype_name(nk_dtype t);
+int64_t nk_tensor_numel(const nk_tensor *t);
+
+/* A scalar as PyTorch passes it: the kernel converts it to the destination dtype. */
+typedef struct nk_scalar {
+    bool is_float;  /* true: use f, else i */
+    double f;
+    int64_t i;
+} nk_scalar;
+
+/*
+ * dst[...] = (dst dtype) src[...]. src has dst's ndim and sizes; a broadcast source has stride 0 in
+ * the expanded dims. Any pair of dtypes above. Overlap between dst and src is not allowed unless they
+ * are the same memory with the same layout.
+ */
+nk_status nk_copy(const nk_tensor *dst, const nk_tensor *src);
+/* dst[...] = value converted to dst's dtype. */
+nk_status nk_fill(const nk_tensor *dst, nk_scalar value);
+
+/*
+ * Random numbers from a Philox4x32-10 counter-based generator keyed by seed.
+ * The generator's stream is a sequence of 32-bit words; word p is lane p % 4 of the block with counter
+ * p / 4. A kernel filling n elements that needs w words per element uses words offset + i*w ... in
+ * logical row-major order of dst, and advances *offset by n*w rounded up to a multiple of 4. So a
+ * result depends only on (seed, offset, shape), never on strides or threads, and a slice of a tensor
+ * drawn at offset + k equals the corresponding slice of the whole.
+ * Words per element: uniform/bernoulli/random(range <= 2^32) 1 (2 for float64 and for larger ranges);
+ * normal 2 (Box-Muller, one value per pair).
+ * Float dtypes only for uniform/normal/bernoulli-with-probability-tensor; random accepts every dtype.
+ */
+nk_status nk_rng_uniform(const nk_tensor *dst, uint64_t seed, uint64_t *offset, double from, double to);
+nk_status nk_rng_normal(const nk_tensor *dst, uint64_t seed, uint64_t *offset, double mean, double std);
+/* dst = (u < p) for a scalar p; dst may be any dtype (bool, ints, floats). */
+nk_status nk_rng_bernoulli(const nk_tensor *dst, uint64_t seed, uint64_t *offset, double p);
+/* dst = (u < p[...]); p is broadcast to dst (stride 0 dims) and is a float dtype. */
+nk_status nk_rng_bernoulli_tensor(const nk_tensor *dst, const nk_tensor *p, uint64_t seed, uint64_t *offset);
+/* Integers uniform in [from, from + range) (range >= 1), converted to dst's dtype. For floats PyTorch's
+ * random_() without bounds uses range 2^mantissa+1; the caller passes that range. */
+nk_status nk_rng_random(const nk_tensor *dst, uint64_t seed, uint64_t *offset, int64_t from, uint64_t range);
+/* dst (1-D, n elements, int/float dtype) = a uniformly random permutation of 0..n-1 (Fisher-Yates). */
+nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64_t *offset);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NEURON_KERNELS_H */

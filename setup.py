@@ -1,0 +1,35 @@
+"""Builds torch_neuronx._C with CMake (C runtime + kernels + the C++ binding) against the installed torch.
+
+Use ``pip install --no-build-isolation -e .``: the extension must be built against the exact torch that
+is installed in the environment, not one from an isolated build environment.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+BUILD_DIR = os.path.join(ROOT, "build", "cmake")
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
+        subprocess.check_call(["cmake", "-S", ROOT, "-B", BUILD_DIR, f"-DPython3_EXECUTABLE={sys.executable}",
+                               "-DCMAKE_BUILD_TYPE=Release"])
+        subprocess.check_call(["cmake", "--build", BUILD_DIR, "--target", "_C", "-j", jobs])
+        built = [f for f in os.listdir(os.path.join(ROOT, "torch_neuronx")) if f.startswith("_C.") and f.endswith(".so")]
+        if not built:
+            raise RuntimeError("CMake did not produce torch_neuronx/_C*.so")
+        target = self.get_ext_fullpath(ext.name)
+        source = os.path.join(ROOT, "torch_neuronx", built[0])
+        if os.path.abspath(target) != os.path.abspath(source):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(source, target)
+
+
+setup(ext_modules=[Extension("torch_neuronx._C", sources=[])], cmdclass={"build_ext": CMakeBuild})

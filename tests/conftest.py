@@ -1,0 +1,26 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torch_neuronx  # noqa: F401  (also auto-loaded by `import torch`)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def run_python(code: str, env: dict = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter (for environment variables read once at start)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture
+def python():
+    return run_python

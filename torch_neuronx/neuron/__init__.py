@@ -1,0 +1,200 @@
+"""``torch.neuron``: device management, streams, events, random state and memory of NeuronCores.
+
+Mirrors ``torch.cuda`` where PyTorch and the Hugging Face libraries expect it to.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Any, List, Optional, Union
+
+import torch
+
+from .. import _C
+from .memory import (  # noqa: F401
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from .random import (  # noqa: F401
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream  # noqa: F401
+
+_device_t = Union[torch.device, str, int, None]
+
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    # Device memory is a shared mapping: a forked child would write into its parent's tensors.
+    global _in_bad_fork
+    if _C._is_initialized():
+        _in_bad_fork = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _is_in_bad_fork() -> bool:
+    return _in_bad_fork
+
+
+def _check_not_forked() -> None:
+    if _in_bad_fork:
+        raise RuntimeError(
+            "Cannot use the neuron device in a forked subprocess. To use neuron with multiprocessing, "
+            "use the 'spawn' start method"
+        )
+
+
+def _lazy_init() -> None:
+    _check_not_forked()
+    _C._init()
+
+
+def _device_index(device: _device_t, optional: bool = True) -> int:
+    """The index of ``device`` (an int, a string like "neuron:1", a torch.device or None)."""
+    if device is None:
+        if not optional:
+            raise ValueError("Expected a neuron device, got None")
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"Expected a neuron device, but got: {device}")
+        return current_device() if device.index is None else device.index
+    if isinstance(device, int):
+        return device
+    raise ValueError(f"Invalid device {device!r}: expected an int, a string or a torch.device")
+
+
+def is_available() -> bool:
+    return not _in_bad_fork and _C._device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized() and not _in_bad_fork
+
+
+def init() -> None:
+    _lazy_init()
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    _lazy_init()
+    return _C._get_device()
+
+
+def set_device(device: _device_t) -> None:
+    _lazy_init()
+    idx = _device_index(device)
+    if idx >= 0:
+        _C._set_device(idx)
+
+
+class device:
+    """Context manager that changes the current neuron device."""
+
+    def __init__(self, device: _device_t):
+        self.idx = -1 if device is None else _device_index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            if self.prev_idx != self.idx:
+                _C._set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.idx >= 0 and self.prev_idx != self.idx:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of a tensor current (no-op for CPU tensors)."""
+
+    def __init__(self, obj: torch.Tensor):
+        super().__init__(obj.get_device() if obj.device.type == "neuron" else None)
+
+
+@dataclass(frozen=True)
+class _NeuronDeviceProperties:
+    name: str
+    index: int
+    physical_index: int
+    chip: int
+    physical_cores: int
+    major: int
+    minor: int
+    total_memory: int
+    sbuf_bytes: int
+    psum_bytes: int
+
+    def __repr__(self) -> str:
+        return (
+            f"_NeuronDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB, physical_cores={self.physical_cores})"
+        )
+
+
+def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
+    _lazy_init()
+    return _NeuronDeviceProperties(**_C._get_device_properties(_device_index(device)))
+
+
+def get_device_name(device: _device_t = None) -> str:
+    return get_device_properties(device).name
+
+
+def get_device_capability(device: _device_t = None) -> tuple:
+    p = get_device_properties(device)
+    return (p.major, p.minor)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return is_available()
+
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+def synchronize(device: _device_t = None) -> None:
+    _lazy_init()
+    _C._synchronize(_device_index(device))
+
+
+__all__ = [
+    "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "device",
+    "device_of", "get_device_name", "get_device_properties", "get_device_capability", "is_bf16_supported",
+    "get_amp_supported_dtype", "synchronize", "Stream", "Event", "StreamContext", "current_stream",
+    "default_stream", "set_stream", "stream", "manual_seed", "manual_seed_all", "seed", "seed_all",
+    "initial_seed", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
+    "default_generators", "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated", "memory_stats", "mem_get_info", "set_per_process_memory_fraction",
+]
