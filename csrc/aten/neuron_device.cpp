@@ -199,10 +199,11 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return make_stream(d.index(), NRN_STREAM_DEFAULT); }
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
-    check_device_index(d.index());
+    c10::DeviceIndex dev = d.index() < 0 ? current_device() : d.index();
+    check_device_index(dev);
     nrn_stream_id s;
-    NRN_CHECK(nrn_stream_create(d.index(), priority, &s));
-    return make_stream(d.index(), s);
+    NRN_CHECK(nrn_stream_create(dev, priority, &s));
+    return make_stream(dev, s);
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool isHighPriority = false) const override {
     return getNewStream(d, isHighPriority ? NRN_STREAM_PRIORITY_HIGH : NRN_STREAM_PRIORITY_LOW);

@@ -164,7 +164,7 @@ static double ref_float_value(ref_val v) {
 }
 
 /* Writes the expected dst element into out (nk_dtype_size(t) bytes). Returns false when the
- * conversion is undefined (float out of integer range), so it is not compared. */
+ * conversion has no defined result (none at present; kept so callers stay general). */
 static bool ref_store(nk_dtype t, ref_val v, void *out) {
     size_t sz = nk_dtype_size(t);
     if (t == NK_BOOL) {
@@ -204,26 +204,17 @@ static bool ref_store(nk_dtype t, ref_val v, void *out) {
     } else if (v.kind == RV_UINT) {
         bits = v.u;
     } else {
-        if (isnan(v.d) || isinf(v.d)) return false;
+        /* x86 semantics: truncate; out of the conversion's range (or NaN) gives INT_MIN of the
+         * conversion width, which is 32 bits for int8/16/32 and 64 bits otherwise. */
         const double tr = trunc(v.d);
         const double two63 = 9223372036854775808.0, two31 = 2147483648.0;
-        bool defined;
-        switch (t) {
-        case NK_I8: case NK_I16: defined = fabs(tr) < two31; break;
-        case NK_I32: defined = tr >= -two31 && tr < two31; break;
-        case NK_I64: defined = tr >= -two63 && tr < two63; break;
-        case NK_U8: defined = tr > -two63 && tr < two63; break;
-        case NK_U16: defined = tr > -two63 && tr < 65536.0; break;
-        case NK_U32: defined = tr > -two63 && tr < 4294967296.0; break;
-        default: defined = tr > -two63 && tr < 2 * two63; break; /* U64 */
-        }
-        if (!defined) return false;
-        if (tr >= two63)
+        const bool narrow = t == NK_I8 || t == NK_I16 || t == NK_I32;
+        if (narrow)
+            bits = (tr >= -two31 && tr < two31) ? (uint64_t)(int64_t)tr : (uint64_t)(int64_t)INT32_MIN;
+        else if (t == NK_U64 && tr >= two63 && tr < 2 * two63)
             bits = (uint64_t)(tr - two63) + (UINT64_C(1) << 63);
-        else if (tr < 0)
-            bits = 0 - (uint64_t)(-tr);
         else
-            bits = (uint64_t)tr;
+            bits = (tr >= -two63 && tr < two63) ? (uint64_t)(int64_t)tr : UINT64_C(1) << 63;
     }
     /* little-endian low bytes = two's complement wrap */
     for (size_t k = 0; k < sz; k++) ((uint8_t *)out)[k] = (uint8_t)(bits >> (8 * k));

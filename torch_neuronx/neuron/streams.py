@@ -13,23 +13,36 @@ def _index(device) -> int:
     return _device_index(device)
 
 
-class Stream(torch.Stream):
+class _NeuronTypeMeta(type):
+    """isinstance(x, torch.neuron.Stream) holds for any torch.Stream on a neuron device (same for Event).
+
+    The constructors return plain torch.Stream / torch.Event objects: PyTorch's C++ methods (for example
+    Event.elapsed_time) accept only those exact types, not Python subclasses."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, cls._base) and obj.device.type == "neuron"
+
+
+class Stream(metaclass=_NeuronTypeMeta):
     """A neuron stream. ``priority``: 0 (default, low) or -1 (high), as for CUDA streams."""
 
-    def __new__(cls, device=None, priority: int = 0, **kwargs: Any):
+    _base = torch.Stream
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs: Any) -> torch.Stream:
         if "stream_id" in kwargs:
-            return super().__new__(cls, **kwargs)
-        return super().__new__(cls, device=torch.device("neuron", _index(device)), priority=priority)
+            return torch.Stream(**kwargs)
+        return torch.Stream(device=torch.device("neuron", _index(device)), priority=priority)
 
 
-class Event(torch.Event):
+class Event(metaclass=_NeuronTypeMeta):
     """A neuron event; ``enable_timing=True`` for ``elapsed_time``."""
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False, device=None):
-        return super().__new__(
-            cls, device=torch.device("neuron", _index(device)), enable_timing=enable_timing, blocking=blocking,
-            interprocess=interprocess,
-        )
+    _base = torch.Event
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                device=None) -> torch.Event:
+        return torch.Event(device=torch.device("neuron", _index(device)), enable_timing=enable_timing,
+                           blocking=blocking, interprocess=interprocess)
 
 
 def current_stream(device=None) -> torch.Stream:
