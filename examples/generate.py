@@ -33,8 +33,9 @@ def generate(model_dir, device, dtype, max_new_tokens, cache):
     inputs = tok.apply_chat_template(
         [{"role": "user", "content": PROMPT}], add_generation_prompt=True, return_tensors="pt"
     ).to(device)
+    # disable_compile: a static cache would make generate() call torch.compile; this demo shows eager mode.
     kwargs = dict(do_sample=False, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                  cache_implementation=cache)
+                  cache_implementation=cache, disable_compile=True)
 
     model.generate(**inputs, **kwargs)  # warm-up
     start = time.perf_counter()
@@ -50,7 +51,7 @@ def main():
     parser.add_argument("--device", default="neuron", help="device to run on, compared with cpu (default: neuron)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--cache", default="static", choices=["static", "dynamic"], help="KV cache (default: static)")
+    parser.add_argument("--cache", default="dynamic", choices=["static", "dynamic"], help="KV cache (default: dynamic)")
     parser.add_argument("--model-dir", help="load the demo model from here (it is created there if missing)")
     args = parser.parse_args()
 
