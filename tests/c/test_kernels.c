@@ -555,6 +555,9 @@ static void test_copy_layouts(void) {
          {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768},
          {32768, 16384, 8192, 4096, 2048, 1024, 512, 256, 128, 64, 32, 16, 8, 4, 2, 1}},
         {"long row", 1, {1000}, {-1}, {1}},
+        {"tiled transpose 70x45", 2, {70, 45}, {1, 70}, {45, 1}},
+        {"tiled transpose batched", 3, {3, 40, 50}, {2000, 1, 40}, {2000, 50, 1}},
+        {"tiled transpose gaps", 3, {2, 33, 65}, {1, 2, 66}, {4400, 67, 1}},
     };
     const int nc = (int)(sizeof cases / sizeof cases[0]);
     for (int c = 0; c < nc; c++)
