@@ -72,7 +72,14 @@ bool nk_dtype_of(at::ScalarType st, nk_dtype* out);
 at::Tensor cpu_alias(const at::Tensor& t);
 
 // Per-operator call counters: native kernel vs CPU fallback.
-void count_native(const char* op);
-void count_fallback(const std::string& op);
+struct OpCount;
+OpCount& count_slot(const std::string& op);
+void count_native_slot(OpCount& slot);
+// Counts one native call of `op`; the counter is looked up once per call site.
+#define NEURON_NATIVE(op)                                                          \
+  do {                                                                             \
+    static ::torch_neuronx::OpCount& _slot = ::torch_neuronx::count_slot(op);      \
+    ::torch_neuronx::count_native_slot(_slot);                                     \
+  } while (0)
 
 }  // namespace torch_neuronx

@@ -26,25 +26,39 @@ namespace torch_neuronx {
 
 // ---- op counters ----------------------------------------------------------------------------------
 
-namespace {
 struct OpCount {
   std::atomic<int64_t> native{0}, fallback{0};
 };
+
+namespace {
 std::mutex g_count_mu;
 std::unordered_map<std::string, std::unique_ptr<OpCount>>& counts() {
   static auto* m = new std::unordered_map<std::string, std::unique_ptr<OpCount>>();
   return *m;
 }
+}  // namespace
+
 OpCount& count_slot(const std::string& op) {
   std::lock_guard<std::mutex> lock(g_count_mu);
   auto& slot = counts()[op];
   if (!slot) slot = std::make_unique<OpCount>();
   return *slot;
 }
-}  // namespace
 
-void count_native(const char* op) { count_slot(op).native.fetch_add(1, std::memory_order_relaxed); }
-void count_fallback(const std::string& op) { count_slot(op).fallback.fetch_add(1, std::memory_order_relaxed); }
+void count_native_slot(OpCount& slot) { slot.native.fetch_add(1, std::memory_order_relaxed); }
+
+namespace {
+// The counter of a fallback operator, cached per thread so the hot path takes no lock.
+OpCount& fallback_slot(const c10::OperatorHandle& op, std::string* name) {
+  thread_local std::unordered_map<const void*, OpCount*> cache;
+  const void* key = &op.schema();
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  OpCount* slot = &count_slot(*name);
+  cache.emplace(key, slot);
+  return *slot;
+}
+}  // namespace
 
 std::map<std::string, std::pair<int64_t, int64_t>> op_counts() {
   std::lock_guard<std::mutex> lock(g_count_mu);
@@ -213,7 +227,7 @@ void check_factory(std::optional<at::Layout> layout, std::optional<bool> pin_mem
 at::Tensor neuron_empty(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                         std::optional<c10::Device> device, std::optional<bool> pin_memory,
                         std::optional<at::MemoryFormat> memory_format) {
-  count_native("aten::empty.memory_format");
+  NEURON_NATIVE("aten::empty.memory_format");
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(resolve_device(device));
   return at::detail::empty_generic(size, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -223,7 +237,7 @@ at::Tensor neuron_empty(at::IntArrayRef size, std::optional<at::ScalarType> dtyp
 at::Tensor neuron_empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                                 std::optional<at::Layout> layout, std::optional<c10::Device> device,
                                 std::optional<bool> pin_memory) {
-  count_native("aten::empty_strided");
+  NEURON_NATIVE("aten::empty_strided");
   check_factory(layout, pin_memory);
   c10::DeviceGuard guard(resolve_device(device));
   return at::detail::empty_strided_generic(size, stride, neuron_allocator(),
@@ -233,17 +247,17 @@ at::Tensor neuron_empty_strided(at::IntArrayRef size, at::IntArrayRef stride, st
 
 at::Tensor neuron_as_strided(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride,
                              std::optional<int64_t> storage_offset) {
-  count_native("aten::as_strided");
+  NEURON_NATIVE("aten::as_strided");
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
 at::Tensor neuron_view(const at::Tensor& self, at::IntArrayRef size) {
-  count_native("aten::view");
+  NEURON_NATIVE("aten::view");
   return at::native::view(self, size);
 }
 
 at::Tensor neuron_reshape_alias(const at::Tensor& self, at::IntArrayRef size, at::IntArrayRef stride) {
-  count_native("aten::_reshape_alias");
+  NEURON_NATIVE("aten::_reshape_alias");
   return at::native::_reshape_alias(self, size, stride);
 }
 
@@ -251,30 +265,30 @@ at::Tensor neuron_reshape_alias(const at::Tensor& self, at::IntArrayRef size, at
 // the storage's allocator (ours), on the tensor's device.
 const at::Tensor& neuron_resize_(const at::Tensor& self, at::IntArrayRef size,
                                  std::optional<at::MemoryFormat> memory_format) {
-  count_native("aten::resize_");
+  NEURON_NATIVE("aten::resize_");
   c10::DeviceGuard guard(self.device());
   return at::native::resize_(self, size, memory_format);
 }
 
 at::Tensor& neuron_set_storage(at::Tensor& self, at::Storage source, int64_t storage_offset, at::IntArrayRef size,
                                at::IntArrayRef stride) {
-  count_native("aten::set_.source_Storage_storage_offset");
+  NEURON_NATIVE("aten::set_.source_Storage_storage_offset");
   c10::DeviceGuard guard(self.device());
   return at::native::set_storage_cpu_(self, std::move(source), storage_offset, size, stride);
 }
 
 at::Tensor& neuron_set_source_storage(at::Tensor& self, at::Storage source) {
-  count_native("aten::set_.source_Storage");
+  NEURON_NATIVE("aten::set_.source_Storage");
   return at::native::set_(self, std::move(source));
 }
 
 at::Tensor& neuron_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
-  count_native("aten::set_.source_Tensor");
+  NEURON_NATIVE("aten::set_.source_Tensor");
   return at::native::set_tensor_(self, source);
 }
 
 at::Tensor& neuron_set_empty(at::Tensor& self) {
-  count_native("aten::set_");
+  NEURON_NATIVE("aten::set_");
   c10::DeviceGuard guard(self.device());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, neuron_allocator(), /*resizable=*/true);
   self.set_(storage, 0, {0}, {});
@@ -284,7 +298,7 @@ at::Tensor& neuron_set_empty(at::Tensor& self) {
 // ---- copies and fills -----------------------------------------------------------------------------
 
 at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  count_native("aten::_copy_from");
+  NEURON_NATIVE("aten::_copy_from");
   if (dst.numel() == 0) return dst;
   at::Tensor src = self.sizes() == dst.sizes() ? self : self.expand(dst.sizes());
   nk_tensor d, s;
@@ -303,13 +317,13 @@ at::Tensor neuron_copy_from(const at::Tensor& self, const at::Tensor& dst, bool 
 }
 
 at::Tensor neuron_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  count_native("aten::_copy_from_and_resize");
+  NEURON_NATIVE("aten::_copy_from_and_resize");
   dst.resize_(self.sizes());
   return neuron_copy_from(self, dst, false);
 }
 
 at::Scalar neuron_local_scalar_dense(const at::Tensor& self) {
-  count_native("aten::_local_scalar_dense");
+  NEURON_NATIVE("aten::_local_scalar_dense");
   NRN_CHECK(nrn_device_synchronize(self.device().index()));
   return at::native::_local_scalar_dense_cpu(cpu_alias(self));
 }
@@ -352,19 +366,19 @@ at::Tensor& fill_impl(at::Tensor& self, const at::Scalar& v) {
 }
 
 at::Tensor& neuron_fill_scalar(at::Tensor& self, const at::Scalar& v) {
-  count_native("aten::fill_.Scalar");
+  NEURON_NATIVE("aten::fill_.Scalar");
   return fill_impl(self, v);
 }
 
 at::Tensor& neuron_fill_tensor(at::Tensor& self, const at::Tensor& v) {
-  count_native("aten::fill_.Tensor");
+  NEURON_NATIVE("aten::fill_.Tensor");
   TORCH_CHECK(v.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", v.dim(),
               " dimensions.");
   return fill_impl(self, v.item());
 }
 
 at::Tensor& neuron_zero_(at::Tensor& self) {
-  count_native("aten::zero_");
+  NEURON_NATIVE("aten::zero_");
   return fill_impl(self, at::Scalar(0));
 }
 
@@ -491,49 +505,49 @@ struct BernoulliKernel {
 struct NeuronRNG {};  // tag for the templates; the generator type is resolved inside the kernels
 
 at::Tensor& neuron_uniform_(at::Tensor& self, double from, double to, std::optional<at::Generator> gen) {
-  count_native("aten::uniform_");
+  NEURON_NATIVE("aten::uniform_");
   return at::native::templates::uniform_impl_<UniformKernel, NeuronRNG>(self, from, to, gen);
 }
 
 at::Tensor& neuron_normal_(at::Tensor& self, double mean, double std, std::optional<at::Generator> gen) {
-  count_native("aten::normal_");
+  NEURON_NATIVE("aten::normal_");
   return at::native::templates::normal_impl_<NormalKernel, NeuronRNG>(self, mean, std, gen);
 }
 
 at::Tensor& neuron_random_(at::Tensor& self, std::optional<at::Generator> gen) {
-  count_native("aten::random_");
+  NEURON_NATIVE("aten::random_");
   return at::native::templates::random_impl<RandomKernel, NeuronRNG>(self, gen);
 }
 
 at::Tensor& neuron_random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
                                std::optional<at::Generator> gen) {
-  count_native("aten::random_.from");
+  NEURON_NATIVE("aten::random_.from");
   return at::native::templates::random_from_to_impl<RandomFromToKernel, NeuronRNG>(self, from, to, gen);
 }
 
 at::Tensor& neuron_random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
-  count_native("aten::random_.to");
+  NEURON_NATIVE("aten::random_.to");
   return at::native::templates::random_from_to_impl<RandomFromToKernel, NeuronRNG>(self, 0, to, gen);
 }
 
 at::Tensor& neuron_bernoulli_float(at::Tensor& self, double p, std::optional<at::Generator> gen) {
-  count_native("aten::bernoulli_.float");
+  NEURON_NATIVE("aten::bernoulli_.float");
   return at::native::templates::bernoulli_impl_<BernoulliKernel, NeuronRNG>(self, p, gen);
 }
 
 at::Tensor& neuron_bernoulli_tensor(at::Tensor& self, const at::Tensor& p, std::optional<at::Generator> gen) {
-  count_native("aten::bernoulli_.Tensor");
+  NEURON_NATIVE("aten::bernoulli_.Tensor");
   return at::native::templates::bernoulli_impl_<BernoulliKernel, NeuronRNG>(self, p, gen);
 }
 
 at::Tensor neuron_bernoulli(const at::Tensor& self, std::optional<at::Generator> gen) {
-  count_native("aten::bernoulli");
+  NEURON_NATIVE("aten::bernoulli");
   at::Tensor out = at::empty_like(self, at::MemoryFormat::Contiguous);
   return neuron_bernoulli_tensor(out, self, gen);
 }
 
 at::Tensor& neuron_randperm_out(int64_t n, std::optional<at::Generator> gen, at::Tensor& out) {
-  count_native("aten::randperm.generator_out");
+  NEURON_NATIVE("aten::randperm.generator_out");
   TORCH_CHECK(n >= 0, "n must be non-negative, got", n);
   at::native::resize_output(out, {n});
   NeuronGeneratorImpl* g = get_generator(gen, out.device().index());
@@ -549,7 +563,7 @@ at::Tensor& neuron_randperm_out(int64_t n, std::optional<at::Generator> gen, at:
 }
 
 std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
-  count_native("aten::native_dropout");
+  NEURON_NATIVE("aten::native_dropout");
   if (input.numel() == 0) return {input, at::empty_like(input, input.options().dtype(at::kBool))};
   if (train.has_value() && !*train) {
     return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
@@ -563,7 +577,7 @@ std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input
 }
 
 void neuron_record_stream(at::Tensor& self, c10::Stream s) {
-  count_native("aten::record_stream");
+  NEURON_NATIVE("aten::record_stream");
   neuron_allocator()->recordStream(self.storage().data_ptr(), s);
 }
 
@@ -684,10 +698,22 @@ struct FallbackCall {
 
 void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
-  std::string name = schema.name();
-  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
-  count_fallback(name);
-  TORCH_CHECK(!fallback_forbidden(), "neuron: operator ", name, " has no native neuron kernel and "
+  auto op_name = [&] {
+    std::string name = schema.name();
+    if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+    return name;
+  };
+  {
+    thread_local const void* last_key = nullptr;  // most ops repeat: skip even the map lookup
+    thread_local OpCount* last_slot = nullptr;
+    if (last_key != &schema) {
+      std::string name = op_name();
+      last_slot = &fallback_slot(op, &name);
+      last_key = &schema;
+    }
+    last_slot->fallback.fetch_add(1, std::memory_order_relaxed);
+  }
+  TORCH_CHECK(!fallback_forbidden(), "neuron: operator ", op_name(), " has no native neuron kernel and "
               "TORCH_NEURONX_DISABLE_FALLBACK is set, which forbids running it on the CPU");
 
   const auto& args = schema.arguments();
@@ -707,7 +733,9 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   }
 
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
-  NRN_CHECK(nrn_stream_submit(call.device, NRN_STREAM_DEFAULT));
+  nrn_stream_id stream = NRN_STREAM_DEFAULT;
+  NRN_CHECK(nrn_stream_get_current(call.device, &stream));
+  NRN_CHECK(nrn_stream_submit(call.device, stream));
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
   call.aliases.adopt_resized();
