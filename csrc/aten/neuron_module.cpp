@@ -2,6 +2,7 @@
 #include "aten/neuron_aten.h"
 
 #include <torch/csrc/Generator.h>
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
 
 #include <map>
@@ -16,7 +17,11 @@ using namespace torch_neuronx;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "TorchNeuron native binding";
 
-  m.def("_init", [] { ensure_init(); });
+  m.def("_init", [] {
+    ensure_init();
+    // The kernel pool uses as many threads as PyTorch's CPU kernels: they never run at the same time.
+    nk_threads_set(at::get_num_threads());
+  });
   m.def("_is_initialized", [] { return nrn_is_initialized(); });
   // Never raises: a broken environment reports zero devices here; _init() explains why.
   m.def("_device_count", [] {

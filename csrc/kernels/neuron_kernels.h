@@ -92,6 +92,22 @@ nk_status nk_rng_random(const nk_tensor *dst, uint64_t seed, uint64_t *offset, i
 /* dst (1-D, n elements, int/float dtype) = a uniformly random permutation of 0..n-1 (Fisher-Yates). */
 nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64_t *offset);
 
+/* ---- threads ---------------------------------------------------------------------------------- */
+/*
+ * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at
+ * once), then sleep on a futex, so an idle pool costs nothing. The binding sets the thread count to
+ * PyTorch's intra-op thread count: our kernels and PyTorch's CPU kernels never run at the same time
+ * (execution is synchronous on the calling thread), so together they never oversubscribe the cores.
+ */
+typedef void (*nk_range_fn)(void *ctx, int64_t begin, int64_t end);
+/* Total threads including the caller (>= 1); 1 runs everything on the caller. Default: 1. */
+void nk_threads_set(int n);
+int nk_threads_get(void);
+/* Calls fn(ctx, b, e) over disjoint chunks covering [0, n), each at least `grain` long (except the
+ * last), on the pool and the calling thread; returns when all chunks are done. Calls made from inside
+ * a chunk run serially on that thread. */
+void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1147,6 +1147,51 @@ static void test_rng_errors(void) {
     CHECK(i[0] == 0 && i[1] == 1 && i[2] == 0 && i[3] == 1);
 }
 
+
+/* ---- thread pool ---- */
+
+typedef struct pool_ctx {
+    int64_t *hits;     /* per index: how many times it was visited */
+    int64_t grain;
+    int nested;
+} pool_ctx;
+
+static void pool_visit(void *arg, int64_t b, int64_t e) {
+    pool_ctx *c = arg;
+    for (int64_t i = b; i < e; i++)
+        __atomic_add_fetch(&c->hits[i], 1, __ATOMIC_RELAXED);
+    if (c->nested) {
+        pool_ctx inner = {.hits = NULL, .grain = 1, .nested = 0};
+        int64_t count[4] = {0, 0, 0, 0};
+        inner.hits = count;
+        nk_parallel_for(4, 1, pool_visit, &inner); /* runs serially on this thread */
+        for (int k = 0; k < 4; k++)
+            if (count[k] != 1)
+                __atomic_add_fetch(&c->hits[0], 1000000, __ATOMIC_RELAXED);
+    }
+}
+
+static void test_threadpool(void) {
+    enum { N = 10007 };
+    static int64_t hits[N];
+    for (int threads = 1; threads <= 4; threads++) {
+        nk_threads_set(threads);
+        CHECK(nk_threads_get() == threads);
+        for (int rep = 0; rep < 200; rep++) {
+            int64_t n = rep % 3 == 0 ? N : 1 + rep * 37 % N;
+            memset(hits, 0, sizeof hits);
+            pool_ctx c = {.hits = hits, .grain = 1 + rep % 50, .nested = rep % 7 == 0};
+            nk_parallel_for(n, c.grain, pool_visit, &c);
+            int ok = 1;
+            for (int64_t i = 0; i < N; i++)
+                ok &= hits[i] == (i < n ? 1 : 0);
+            CHECK(ok);
+        }
+    }
+    nk_parallel_for(0, 1, pool_visit, NULL); /* empty range: fn not called */
+    nk_threads_set(1);
+}
+
 int main(void) {
     test_dtype_props();
     test_copy_edge_cases();
@@ -1159,6 +1204,7 @@ int main(void) {
     test_rng_statistics();
     test_randperm();
     test_rng_errors();
+    test_threadpool();
     printf("test_kernels: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,155 @@
+/*
+ * threadpool.c - the library's one thread pool (see nk_parallel_for in neuron_kernels.h).
+ *
+ * A job is published by bumping a generation counter; workers claim chunks from an atomic cursor, so
+ * uneven chunks balance themselves. The caller works too, then waits for the workers that joined.
+ */
+#include "neuron_kernels.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define NK_MAX_THREADS 256
+/* Spin iterations before sleeping: long enough to catch the next op of a model (a few microseconds
+ * apart), short enough not to steal a core from PyTorch's own threads for long. */
+#define NK_SPIN_ITERS 20000
+
+typedef struct nk_job {
+    nk_range_fn fn;
+    void *ctx;
+    int64_t n, chunk;
+    unsigned generation;       /* the g_generation value that published this job */
+    int nworkers;              /* workers 0 .. nworkers-1 take part */
+    atomic_int_fast64_t next;  /* start of the next unclaimed chunk */
+} nk_job;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time; guards (re)sizing */
+static int g_threads = 1;
+static int g_started;                 /* workers running */
+static atomic_uint g_generation;      /* futex word: bumped once per job */
+static atomic_int g_active;           /* workers still inside the current job */
+static nk_job *_Atomic g_job;
+static _Thread_local int t_in_parallel;
+/* The generation current when each worker was created: it must not miss a job published before it
+ * first runs. */
+static unsigned g_start_generation[NK_MAX_THREADS];
+
+static void futex_wait(atomic_uint *addr, unsigned expected) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+
+static void futex_wake_all(atomic_uint *addr) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void run_chunks(nk_job *job) {
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&job->next, job->chunk, memory_order_relaxed);
+        if (b >= job->n)
+            return;
+        int64_t e = b + job->chunk < job->n ? b + job->chunk : job->n;
+        job->fn(job->ctx, b, e);
+    }
+}
+
+static void *worker_main(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    t_in_parallel = 1;
+    unsigned seen = g_start_generation[index];
+    for (;;) {
+        unsigned gen;
+        int spins = 0;
+        while ((gen = atomic_load_explicit(&g_generation, memory_order_acquire)) == seen) {
+            if (++spins < NK_SPIN_ITERS) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+                continue;
+            }
+            futex_wait(&g_generation, seen);
+        }
+        seen = gen;
+        nk_job *job = atomic_load_explicit(&g_job, memory_order_acquire);
+        /* Only workers counted in g_active for this very job take part; the publisher waits for them
+         * before it can publish another, so a counted worker always finds its job here. */
+        if (job != NULL && job->generation == gen && index < job->nworkers) {
+            run_chunks(job);
+            atomic_fetch_sub_explicit(&g_active, 1, memory_order_release);
+        }
+    }
+    return NULL;
+}
+
+void nk_threads_set(int n) {
+    if (n < 1)
+        n = 1;
+    if (n > NK_MAX_THREADS)
+        n = NK_MAX_THREADS;
+    pthread_mutex_lock(&g_lock);
+    /* Workers are never stopped: with a smaller count the extra ones wake but take no part. */
+    g_threads = n;
+    pthread_mutex_unlock(&g_lock);
+}
+
+int nk_threads_get(void) {
+    return g_threads;
+}
+
+void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    int threads = g_threads;
+    if (t_in_parallel || threads == 1 || n <= grain) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&g_lock);
+    threads = g_threads;
+    while (g_started < threads - 1) {
+        pthread_t th;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        g_start_generation[g_started] = atomic_load(&g_generation);
+        int rc = pthread_create(&th, &attr, worker_main, (void *)(intptr_t)g_started);
+        pthread_attr_destroy(&attr);
+        if (rc != 0)
+            break; /* run with the workers we have */
+        g_started++;
+    }
+    int workers = g_started < threads - 1 ? g_started : threads - 1;
+    if (workers == 0) {
+        pthread_mutex_unlock(&g_lock);
+        fn(ctx, 0, n);
+        return;
+    }
+    /* Chunks: about 4 per thread for balance, never below the grain. */
+    int64_t parts = (int64_t)(workers + 1) * 4;
+    int64_t chunk = (n + parts - 1) / parts;
+    if (chunk < grain)
+        chunk = grain;
+    unsigned gen = atomic_load_explicit(&g_generation, memory_order_relaxed) + 1;
+    nk_job job = {.fn = fn, .ctx = ctx, .n = n, .chunk = chunk, .generation = gen, .nworkers = workers};
+    atomic_init(&job.next, 0);
+    atomic_store_explicit(&g_active, workers, memory_order_relaxed);
+    atomic_store_explicit(&g_job, &job, memory_order_release);
+    atomic_store_explicit(&g_generation, gen, memory_order_release);
+    futex_wake_all(&g_generation);
+    t_in_parallel = 1;
+    run_chunks(&job);
+    t_in_parallel = 0;
+    while (atomic_load_explicit(&g_active, memory_order_acquire) > 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    atomic_store_explicit(&g_job, NULL, memory_order_relaxed);
+    pthread_mutex_unlock(&g_lock);
+}
