@@ -92,6 +92,14 @@ nk_status nk_rng_random(const nk_tensor *dst, uint64_t seed, uint64_t *offset, i
 /* dst (1-D, n elements, int/float dtype) = a uniformly random permutation of 0..n-1 (Fisher-Yates). */
 nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64_t *offset);
 
+/* ---- matrix multiplication (gemm.c and its per-ISA micro-kernels) ------------------------------ */
+
+/* ---- elementwise: unary, binary, activations and their backward (elementwise.c) ------------------ */
+
+/* ---- reductions, softmax and norms (reduce.c, norm.c) ---------------------------------------------- */
+
+/* ---- attention, indexing and losses (attention.c, index.c) ----------------------------------------- */
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at
