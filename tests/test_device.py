@@ -89,3 +89,22 @@ def test_autoload_and_disable(python):
     r = python("import torch; print(hasattr(torch, 'neuron'))", env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "False"
+
+
+def test_forked_child_cannot_allocate():
+    import os
+
+    torch.ones(1, device="neuron")
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            torch.empty(10, device="neuron")
+            code = 1
+        except RuntimeError as e:
+            code = 0 if "forked child" in str(e) and not torch.neuron.is_available() else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert torch.ones(2, device="neuron").sum().item() == 2

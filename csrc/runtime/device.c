@@ -301,6 +301,22 @@ out:
     return st;
 }
 
+/* Device memory is a MAP_SHARED mapping, so a forked child sees its parent's memory: allocating there
+ * would hand out blocks the parent may also hand out. The child may keep reading inherited buffers but
+ * cannot allocate (as with CUDA, use the 'spawn' start method for workers that use the device). */
+static atomic_bool g_forked_child;
+
+static void nrn_after_fork_in_child(void)
+{
+    if (atomic_load(&g_state) == NRN_RT_READY)
+        atomic_store(&g_forked_child, true);
+}
+
+bool nrn_runtime_forked_child(void)
+{
+    return atomic_load_explicit(&g_forked_child, memory_order_relaxed);
+}
+
 nrn_status nrn_init(void)
 {
     nrn_status st;
@@ -317,6 +333,9 @@ nrn_status nrn_init(void)
     default:
         st = nrn_init_locked();
         if (st == NRN_SUCCESS) {
+            static bool atfork_registered;
+            if (!atfork_registered && pthread_atfork(NULL, NULL, nrn_after_fork_in_child) == 0)
+                atfork_registered = true;
             atomic_store_explicit(&g_state, NRN_RT_READY, memory_order_release);
         } else {
             g_init_status = st;

@@ -664,6 +664,10 @@ nrn_status nrn_mem_alloc(int dev, size_t size, void **ptr)
     int pool;
     if (ptr == NULL)
         return nrn_error_set(NRN_INVALID, "nrn_mem_alloc: ptr is NULL");
+    if (nrn_runtime_forked_child())
+        return nrn_error_set(NRN_FAILURE, "cannot allocate neuron device memory in a forked child process: its "
+                             "device memory is shared with the parent. Use the 'spawn' start method for "
+                             "processes that use the device");
     st = nrn_allocator_of(dev, &a, "nrn_mem_alloc");
     if (st != NRN_SUCCESS)
         return st;
@@ -699,8 +703,8 @@ nrn_status nrn_mem_free(void *ptr)
     nrn_block *b, *n;
     int dev, pool;
     nrn_status st = NRN_SUCCESS;
-    if (ptr == NULL)
-        return NRN_SUCCESS;
+    if (ptr == NULL || nrn_runtime_forked_child())
+        return NRN_SUCCESS; /* in a forked child the block belongs to the parent's allocator */
     /* No implicit init: a pointer from a runtime that is not up cannot be a live allocation. */
     if (!nrn_is_initialized() || !nrn_segment_lookup(ptr, &dev, NULL))
         return nrn_error_set(NRN_INVALID_HANDLE, "nrn_mem_free: %p is not device memory of this runtime", ptr);

@@ -54,6 +54,8 @@ nrn_status nrn_runtime_ensure(void);
 nrn_status nrn_device_lookup(int dev, nrn_device **out, const char *fn);
 /* Bumped by every nrn_close, so thread-locals and events can tell that their device state is stale. */
 uint64_t nrn_runtime_generation(void);
+/* True in a child forked after the runtime was initialised: allocation is refused there. */
+bool nrn_runtime_forked_child(void);
 int nrn_runtime_device_count(void);
 nrn_device *nrn_runtime_device(int dev); /* dev must be valid */
 

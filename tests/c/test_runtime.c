@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -902,6 +903,34 @@ static void bench(void)
     nrn_mem_empty_cache(0);
 }
 
+
+/* A child forked after init must not allocate (its mapping is shared with the parent). */
+static void test_fork_child(void)
+{
+    env_reset();
+    CHECK_OK(nrn_init());
+    void *p = NULL;
+    CHECK_OK(nrn_mem_alloc(0, 4096, &p));
+    memset(p, 7, 4096);
+    pid_t pid = fork();
+    if (pid == 0) {
+        void *q = NULL;
+        int ok = nrn_mem_alloc(0, 4096, &q) == NRN_FAILURE && q == NULL &&
+                 strstr(nrn_last_error(), "forked child") != NULL &&
+                 nrn_mem_free(p) == NRN_SUCCESS && ((unsigned char *)p)[100] == 7;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The parent is unaffected. */
+    void *q = NULL;
+    CHECK_OK(nrn_mem_alloc(0, 4096, &q));
+    CHECK_OK(nrn_mem_free(q));
+    CHECK_OK(nrn_mem_free(p));
+    CHECK_OK(nrn_close());
+}
+
 int main(void)
 {
     test_status();
@@ -920,6 +949,7 @@ int main(void)
     test_copies();
     test_threads();
     test_close_with_live_memory();
+    test_fork_child();
     bench();
     env_reset();
     printf("test_runtime: %d checks, %d failures\n", g_checks, g_failures);
