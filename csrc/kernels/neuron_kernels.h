@@ -100,6 +100,35 @@ nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64
 
 /* ---- attention, indexing and losses (attention.c, index.c) ----------------------------------------- */
 
+/*
+ * Scaled dot-product attention, blockwise with an online softmax (no Lq x Lk score matrix).
+ * q [B,Hq,Lq,D], k [B,Hkv,Lk,D], v [B,Hkv,Lk,Dv]: one float dtype (f32, bf16, f16), any strides;
+ * Hq is a multiple of Hkv and query head h reads key/value head h / (Hq/Hkv) (grouped-query attention
+ * without copies). Computation is in fp32.
+ * mask: NULL or a 4-D tensor of sizes [B,Hq,Lq,Lk] (broadcast dims have stride 0): bool (true = attend)
+ * or a float dtype added to the scores. causal: query i attends keys j <= i (top-left aligned, as
+ * PyTorch's tril mask). Rows with no key to attend give zeros (and lse = -inf).
+ * Dropout (p > 0) keeps a probability with Philox word w = offset + ((b*Hq + h)*Lq + i)*Lk + j of the
+ * stream for seed when w * 2^-32 < 1 - p, scaling kept ones by 1/(1-p); the caller advances its offset
+ * by B*Hq*Lq*Lk rounded up to 4. The backward regenerates the same mask from (seed, offset).
+ */
+typedef struct nk_sdpa_args {
+    const nk_tensor *q, *k, *v;
+    const nk_tensor *mask; /* may be NULL */
+    double scale;
+    bool causal;
+    double dropout_p;
+    uint64_t seed, offset;
+} nk_sdpa_args;
+/* out [B,Hq,Lq,Dv] in q's dtype; lse [B,Hq,Lq] float32: log of the softmax normaliser (scores scaled). */
+nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_tensor *lse);
+/* Gradients from the forward's out and lse. dq/dk/dv shaped like q/k/v (q's dtype); dmask NULL or a
+ * float32 [B,Hq,Lq,Lk] tensor receiving the gradient of the scores (that of an additive float mask
+ * before it is summed over its broadcast dims). Recomputes scores blockwise. */
+nk_status nk_sdpa_backward(const nk_sdpa_args *a, const nk_tensor *out, const nk_tensor *lse,
+                           const nk_tensor *grad_out, const nk_tensor *dq, const nk_tensor *dk,
+                           const nk_tensor *dv, const nk_tensor *dmask);
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at

@@ -1,0 +1,479 @@
+/*
+ * attention.c - scaled dot-product attention, forward and backward (see neuron_kernels.h).
+ *
+ * Flash-attention style: a task owns a block of query rows of one (batch, head) and streams over
+ * key blocks, keeping only a row maximum, a row sum and an fp32 output accumulator (online softmax),
+ * so memory is O(block^2) whatever the sequence lengths. Inputs of any float dtype and strides are
+ * converted into small zero-padded fp32 panels (head dims padded to 16 so every inner loop is whole
+ * vectors); the inner loops live in attention_simd.h, compiled per ISA and picked at run time.
+ *
+ * The backward recomputes the probabilities block by block from the saved log-sum-exp. A task owns
+ * one key/value head (all its query heads, for grouped-query attention) so dK and dV accumulate
+ * without synchronisation; dQ of a query block is complete after its sweep over the keys.
+ */
+#include "kernels_internal.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef struct nk_attn_simd {
+    void (*gemm_acc)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                     float *C, int64_t ldc);
+    void (*gemv_dots)(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s);
+    float (*row_max)(const float *s, int64_t n);
+    float (*row_exp_sum)(float *s, int64_t n, float m);
+    void (*row_exp)(float *s, int64_t n, float m);
+} nk_attn_simd;
+
+/* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
+#define NK_SFX(name) name##_avx512
+#define NK_TGT __attribute__((target("avx512f"), optimize("fp-contract=fast")))
+#include "attention_simd.h"
+#undef NK_SFX
+#undef NK_TGT
+#define NK_SFX(name) name##_avx2
+#define NK_TGT __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
+#include "attention_simd.h"
+#undef NK_SFX
+#undef NK_TGT
+#define NK_SFX(name) name##_base
+#define NK_TGT
+#include "attention_simd.h"
+#undef NK_SFX
+#undef NK_TGT
+
+static const nk_attn_simd *nk_attn_simd_get(void) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return &nk_attn_simd_table_avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nk_attn_simd_table_avx2;
+    return &nk_attn_simd_table_base;
+}
+
+#define NK_ATTN_BQ 64 /* query rows per block */
+#define NK_ATTN_BK 64 /* keys per block */
+
+static int64_t nk_round16(int64_t x) {
+    return (x + 15) & ~(int64_t)15;
+}
+
+static bool nk_attn_float_dtype(nk_dtype t) {
+    return t == NK_F32 || t == NK_BF16 || t == NK_F16;
+}
+
+typedef struct nk_sdpa_ctx {
+    const nk_sdpa_args *a;
+    const nk_attn_simd *simd;
+    int64_t B, Hq, Hkv, Lq, Lk, D, Dv, Dp, Dvp, group, nqb;
+    size_t es; /* element size of q/k/v/out */
+    nk_cast_fn to_f32;     /* q/k/v dtype -> f32 */
+    nk_cast_fn from_f32;   /* f32 -> q dtype */
+    nk_cast_fn mask_f32;   /* mask dtype -> f32 */
+    bool mask_bool;
+    double keep;           /* 1 - dropout_p */
+    float keep_scale;
+    const nk_tensor *out, *lse, *grad_out, *dq, *dk, *dv, *dmask;
+    atomic_int failed;
+} nk_sdpa_ctx;
+
+static const char *nk_at(const nk_tensor *t, size_t es, int64_t i0, int64_t i1, int64_t i2) {
+    return (const char *)t->data + (i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2]) * (int64_t)es;
+}
+
+/* dst[0..n) = row as fp32, dst[n..np) = 0. */
+static void nk_load_row(const nk_sdpa_ctx *c, float *dst, const char *src, int64_t stride, int64_t n, int64_t np) {
+    if (n > 0) c->to_f32(dst, 1, src, stride, n);
+    for (int64_t j = n; j < np; j++) dst[j] = 0.f;
+}
+
+/* Scores of row (b, h, qi) over keys k0 .. k0+nk: adds the mask, applies causality and -inf padding
+ * up to nkp. tmp holds nk floats. */
+static void nk_mask_row(const nk_sdpa_ctx *c, float *s, float *tmp, int64_t b, int64_t h, int64_t qi, int64_t k0,
+                        int64_t nk, int64_t nkp) {
+    const nk_sdpa_args *a = c->a;
+    if (a->mask != NULL && nk > 0) {
+        const nk_tensor *m = a->mask;
+        const size_t mes = nk_dtype_size(m->dtype);
+        const char *src = (const char *)m->data +
+                          (b * m->strides[0] + h * m->strides[1] + qi * m->strides[2] + k0 * m->strides[3]) *
+                              (int64_t)mes;
+        c->mask_f32(tmp, 1, src, m->strides[3], nk);
+        if (c->mask_bool) {
+            for (int64_t j = 0; j < nk; j++) s[j] = tmp[j] != 0.f ? s[j] : -INFINITY;
+        } else {
+            for (int64_t j = 0; j < nk; j++) s[j] += tmp[j];
+        }
+    }
+    if (a->causal) {
+        int64_t first = qi + 1 - k0; /* first masked column: key index > qi */
+        if (first < 0) first = 0;
+        for (int64_t j = first; j < nk; j++) s[j] = -INFINITY;
+    }
+    for (int64_t j = nk; j < nkp; j++) s[j] = -INFINITY;
+}
+
+/* z[j] = dropout factor (0 or 1/(1-p)) of element (b, h, qi, k0 + j) for j < n. */
+static void nk_dropout_row(const nk_sdpa_ctx *c, float *z, int64_t b, int64_t h, int64_t qi, int64_t k0, int64_t n) {
+    const nk_sdpa_args *a = c->a;
+    const uint32_t key[2] = {(uint32_t)a->seed, (uint32_t)(a->seed >> 32)};
+    const uint64_t w0 = a->offset + (uint64_t)(((b * c->Hq + h) * c->Lq + qi) * c->Lk + k0);
+    uint64_t block = UINT64_MAX;
+    uint32_t words[4] = {0, 0, 0, 0};
+    for (int64_t j = 0; j < n; j++) {
+        const uint64_t w = w0 + (uint64_t)j;
+        if (w / 4 != block) {
+            block = w / 4;
+            const uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), 0, 0};
+            nk_philox4x32_10(ctr, key, words);
+        }
+        const double u = (double)words[w % 4] * 0x1.0p-32;
+        z[j] = u < c->keep ? c->keep_scale : 0.f;
+    }
+}
+
+static float *nk_attn_alloc(size_t floats) {
+    size_t bytes = (floats < 16 ? 16 : floats) * sizeof(float);
+    bytes = (bytes + 63) & ~(size_t)63;
+    return (float *)aligned_alloc(64, bytes);
+}
+
+/* ---- forward ---------------------------------------------------------------------------------- */
+
+static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    const nk_sdpa_args *a = c->a;
+    const nk_attn_simd *simd = c->simd;
+    const int64_t Dp = c->Dp, Dvp = c->Dvp, BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
+    float *Q = nk_attn_alloc((size_t)(BQ * Dp));
+    float *O = nk_attn_alloc((size_t)(BQ * Dvp));
+    float *S = nk_attn_alloc((size_t)(BQ * BK));
+    float *Kp = nk_attn_alloc((size_t)(BK * Dp)); /* K rows, or K transposed [Dp, nkp] */
+    float *V = nk_attn_alloc((size_t)(BK * Dvp));
+    float *tmp = nk_attn_alloc((size_t)(2 * BK + 2 * BQ));
+    if (!Q || !O || !S || !Kp || !V || !tmp) {
+        atomic_store(&c->failed, 1);
+        goto done;
+    }
+    float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ;
+    const nk_tensor *q = a->q, *k = a->k, *v = a->v;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = t / (c->Hq * c->nqb), h = (t / c->nqb) % c->Hq, q0 = (t % c->nqb) * BQ;
+        const int64_t hk = h / c->group;
+        const int64_t mq = c->Lq - q0 < BQ ? c->Lq - q0 : BQ;
+        const float scale = (float)a->scale;
+        for (int64_t i = 0; i < mq; i++) {
+            float *qr = Q + i * Dp;
+            nk_load_row(c, qr, nk_at(q, c->es, b, h, q0 + i), q->strides[3], c->D, Dp);
+            for (int64_t d = 0; d < c->D; d++) qr[d] *= scale;
+            mrow[i] = -INFINITY;
+            lrow[i] = 0.f;
+        }
+        memset(O, 0, sizeof(float) * (size_t)(mq * Dvp));
+        const int64_t kend = a->causal ? (c->Lk < q0 + mq ? c->Lk : q0 + mq) : c->Lk;
+        for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+            const int64_t nk = kend - k0 < BK ? kend - k0 : BK, nkp = nk_round16(nk);
+            if (mq >= 4) {
+                /* Transpose K into [Dp, nkp] so the score GEMM broadcasts Q and streams K rows. */
+                for (int64_t j = 0; j < nk; j++) {
+                    nk_load_row(c, tmp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, c->D);
+                    for (int64_t d = 0; d < c->D; d++) Kp[d * nkp + j] = tmp[d];
+                }
+                for (int64_t d = 0; d < Dp; d++)
+                    for (int64_t j = (d < c->D ? nk : 0); j < nkp; j++) Kp[d * nkp + j] = 0.f;
+                memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
+                simd->gemm_acc(mq, nkp, Dp, Q, Dp, Kp, nkp, S, nkp);
+            } else {
+                for (int64_t j = 0; j < nk; j++)
+                    nk_load_row(c, Kp + j * Dp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, Dp);
+                for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kp, Dp, S + i * nkp);
+            }
+            for (int64_t j = 0; j < nkp; j++)
+                nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], j < nk ? c->Dv : 0, Dvp);
+            for (int64_t i = 0; i < mq; i++) {
+                float *s = S + i * nkp;
+                nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
+                const float mx = simd->row_max(s, nkp);
+                const float mnew = mx > mrow[i] ? mx : mrow[i];
+                if (mnew == -INFINITY) {
+                    memset(s, 0, sizeof(float) * (size_t)nkp);
+                    continue;
+                }
+                const float alpha = mrow[i] == -INFINITY ? 0.f : expf(mrow[i] - mnew);
+                const float sum = simd->row_exp_sum(s, nkp, mnew);
+                lrow[i] = lrow[i] * alpha + sum;
+                mrow[i] = mnew;
+                if (alpha != 1.f) {
+                    float *o = O + i * Dvp;
+                    for (int64_t d = 0; d < Dvp; d++) o[d] *= alpha;
+                }
+                if (a->dropout_p > 0.0) {
+                    nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
+                    for (int64_t j = 0; j < nk; j++) s[j] *= z[j];
+                }
+            }
+            simd->gemm_acc(mq, Dvp, nkp, S, nkp, V, Dvp, O, Dvp);
+        }
+        for (int64_t i = 0; i < mq; i++) {
+            const float l = lrow[i];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            float *o = O + i * Dvp;
+            for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
+            const nk_tensor *out = c->out;
+            if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, q0 + i), out->strides[3], o, 1, c->Dv);
+            const nk_tensor *lse = c->lse;
+            float *lp = (float *)c->lse->data + b * lse->strides[0] + h * lse->strides[1] + (q0 + i) * lse->strides[2];
+            *lp = l > 0.f ? mrow[i] + logf(l) : -INFINITY;
+        }
+    }
+done:
+    free(Q);
+    free(O);
+    free(S);
+    free(Kp);
+    free(V);
+    free(tmp);
+}
+
+static bool nk_is4d(const nk_tensor *t) {
+    int64_t n;
+    return t != NULL && nk_tensor_check(t, &n) == NK_SUCCESS && t->ndim == 4;
+}
+
+/* Validates shapes and fills the shared part of the context. */
+static nk_status nk_sdpa_setup(nk_sdpa_ctx *c, const nk_sdpa_args *a, const nk_tensor *out, const nk_tensor *lse) {
+    memset(c, 0, sizeof *c);
+    if (a == NULL || !nk_is4d(a->q) || !nk_is4d(a->k) || !nk_is4d(a->v) || !nk_is4d(out)) return NK_INVALID;
+    int64_t n;
+    if (lse == NULL || nk_tensor_check(lse, &n) != NK_SUCCESS || lse->ndim != 3) return NK_INVALID;
+    const nk_tensor *q = a->q, *k = a->k, *v = a->v;
+    if (!nk_attn_float_dtype(q->dtype) || k->dtype != q->dtype || v->dtype != q->dtype || out->dtype != q->dtype)
+        return NK_UNSUPPORTED;
+    if (lse->dtype != NK_F32) return NK_UNSUPPORTED;
+    c->a = a;
+    c->B = q->sizes[0];
+    c->Hq = q->sizes[1];
+    c->Lq = q->sizes[2];
+    c->D = q->sizes[3];
+    c->Hkv = k->sizes[1];
+    c->Lk = k->sizes[2];
+    c->Dv = v->sizes[3];
+    if (k->sizes[0] != c->B || v->sizes[0] != c->B || v->sizes[1] != c->Hkv || v->sizes[2] != c->Lk ||
+        k->sizes[3] != c->D)
+        return NK_INVALID;
+    if (c->Hkv == 0 ? c->Hq != 0 : c->Hq % c->Hkv != 0) return NK_INVALID;
+    const int64_t osz[4] = {c->B, c->Hq, c->Lq, c->Dv};
+    for (int d = 0; d < 4; d++)
+        if (out->sizes[d] != osz[d]) return NK_INVALID;
+    if (lse->sizes[0] != c->B || lse->sizes[1] != c->Hq || lse->sizes[2] != c->Lq) return NK_INVALID;
+    if (a->mask != NULL) {
+        if (!nk_is4d(a->mask)) return NK_INVALID;
+        const int64_t msz[4] = {c->B, c->Hq, c->Lq, c->Lk};
+        for (int d = 0; d < 4; d++)
+            if (a->mask->sizes[d] != msz[d]) return NK_INVALID;
+        const nk_dtype md = a->mask->dtype;
+        if (md != NK_BOOL && md != NK_F32 && md != NK_BF16 && md != NK_F16 && md != NK_F64) return NK_UNSUPPORTED;
+        c->mask_bool = md == NK_BOOL;
+        c->mask_f32 = nk_cast_get(NK_F32, md);
+    }
+    if (!(a->dropout_p >= 0.0 && a->dropout_p <= 1.0)) return NK_INVALID;
+    c->group = c->Hkv == 0 ? 1 : c->Hq / c->Hkv;
+    c->Dp = nk_round16(c->D);
+    c->Dvp = nk_round16(c->Dv);
+    c->nqb = (c->Lq + NK_ATTN_BQ - 1) / NK_ATTN_BQ;
+    c->es = nk_dtype_size(q->dtype);
+    c->to_f32 = nk_cast_get(NK_F32, q->dtype);
+    c->from_f32 = nk_cast_get(q->dtype, NK_F32);
+    c->keep = 1.0 - a->dropout_p;
+    c->keep_scale = c->keep > 0.0 ? (float)(1.0 / c->keep) : 0.f;
+    c->simd = nk_attn_simd_get();
+    c->out = out;
+    c->lse = lse;
+    atomic_init(&c->failed, 0);
+    return NK_SUCCESS;
+}
+
+nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_tensor *lse) {
+    nk_sdpa_ctx c;
+    nk_status st = nk_sdpa_setup(&c, a, out, lse);
+    if (st != NK_SUCCESS) return st;
+    const int64_t tasks = c.B * c.Hq * c.nqb;
+    if (tasks == 0 || c.Dv + c.D < 0) return NK_SUCCESS;
+    nk_parallel_for(tasks, 1, nk_sdpa_fwd_range, &c);
+    return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
+}
+
+/* ---- backward --------------------------------------------------------------------------------- */
+
+static void nk_sdpa_bwd_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    const nk_sdpa_args *a = c->a;
+    const nk_attn_simd *simd = c->simd;
+    const int64_t Dp = c->Dp, Dvp = c->Dvp, BQ = NK_ATTN_BQ, BK = NK_ATTN_BK, Lk = c->Lk;
+    const float scale = (float)a->scale;
+    float *dKacc = nk_attn_alloc((size_t)(Lk * Dp));
+    float *dVacc = nk_attn_alloc((size_t)(Lk * Dvp));
+    float *Qs = nk_attn_alloc((size_t)(BQ * Dp));
+    float *dO = nk_attn_alloc((size_t)(BQ * Dvp));
+    float *dQ = nk_attn_alloc((size_t)(BQ * Dp));
+    float *S = nk_attn_alloc((size_t)(BQ * BK));
+    float *dP = nk_attn_alloc((size_t)(BQ * BK));
+    float *PT = nk_attn_alloc((size_t)(BK * BQ));
+    float *dST = nk_attn_alloc((size_t)(BK * BQ));
+    float *Kt = nk_attn_alloc((size_t)(Dp * BK));
+    float *Kr = nk_attn_alloc((size_t)(BK * Dp));
+    float *Vt = nk_attn_alloc((size_t)(Dvp * BK));
+    const int64_t tmpn = 2 * BK + 2 * BQ + (Dvp > Dp ? Dvp : Dp);
+    float *tmp = nk_attn_alloc((size_t)tmpn);
+    if (!dKacc || !dVacc || !Qs || !dO || !dQ || !S || !dP || !PT || !dST || !Kt || !Kr || !Vt || !tmp) {
+        atomic_store(&c->failed, 1);
+        goto done;
+    }
+    float *z = tmp + BK, *Di = tmp + 2 * BK, *L = Di + BQ, *row = L + BQ;
+    const nk_tensor *q = a->q, *k = a->k, *v = a->v, *go = c->grad_out, *out = c->out, *lse = c->lse;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = t / c->Hkv, hk = t % c->Hkv;
+        memset(dKacc, 0, sizeof(float) * (size_t)(Lk * Dp));
+        memset(dVacc, 0, sizeof(float) * (size_t)(Lk * Dvp));
+        for (int64_t h = hk * c->group; h < (hk + 1) * c->group; h++) {
+            for (int64_t q0 = 0; q0 < c->Lq; q0 += BQ) {
+                const int64_t mq = c->Lq - q0 < BQ ? c->Lq - q0 : BQ;
+                for (int64_t i = 0; i < mq; i++) {
+                    float *qr = Qs + i * Dp;
+                    nk_load_row(c, qr, nk_at(q, c->es, b, h, q0 + i), q->strides[3], c->D, Dp);
+                    for (int64_t d = 0; d < c->D; d++) qr[d] *= scale;
+                    float *g = dO + i * Dvp;
+                    nk_load_row(c, g, nk_at(go, c->es, b, h, q0 + i), go->strides[3], c->Dv, Dvp);
+                    nk_load_row(c, row, nk_at(out, c->es, b, h, q0 + i), out->strides[3], c->Dv, c->Dv);
+                    float di = 0.f;
+                    for (int64_t d = 0; d < c->Dv; d++) di += g[d] * row[d];
+                    Di[i] = di;
+                    L[i] = *((const float *)lse->data + b * lse->strides[0] + h * lse->strides[1] +
+                             (q0 + i) * lse->strides[2]);
+                }
+                memset(dQ, 0, sizeof(float) * (size_t)(mq * Dp));
+                const int64_t kend = a->causal ? (Lk < q0 + mq ? Lk : q0 + mq) : Lk;
+                for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+                    const int64_t nk = kend - k0 < BK ? kend - k0 : BK, nkp = nk_round16(nk);
+                    for (int64_t j = 0; j < nkp; j++) {
+                        float *kr = Kr + j * Dp;
+                        nk_load_row(c, kr, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], j < nk ? c->D : 0, Dp);
+                        for (int64_t d = 0; d < Dp; d++) Kt[d * nkp + j] = kr[d];
+                        nk_load_row(c, row, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], j < nk ? c->Dv : 0, Dvp);
+                        for (int64_t d = 0; d < Dvp; d++) Vt[d * nkp + j] = row[d];
+                    }
+                    memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
+                    simd->gemm_acc(mq, nkp, Dp, Qs, Dp, Kt, nkp, S, nkp);
+                    memset(dP, 0, sizeof(float) * (size_t)(mq * nkp));
+                    simd->gemm_acc(mq, nkp, Dvp, dO, Dvp, Vt, nkp, dP, nkp);
+                    for (int64_t i = 0; i < mq; i++) {
+                        float *s = S + i * nkp, *dp = dP + i * nkp;
+                        nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
+                        if (L[i] == -INFINITY) {
+                            memset(s, 0, sizeof(float) * (size_t)nkp);
+                        } else {
+                            simd->row_exp(s, nkp, L[i]);
+                        }
+                        if (a->dropout_p > 0.0) {
+                            nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
+                        } else {
+                            for (int64_t j = 0; j < nk; j++) z[j] = 1.f;
+                        }
+                        for (int64_t j = 0; j < nk; j++) {
+                            const float p = s[j];
+                            const float ds = p * (dp[j] * z[j] - Di[i]);
+                            PT[j * mq + i] = p * z[j];
+                            dST[j * mq + i] = ds;
+                            s[j] = ds;
+                        }
+                        for (int64_t j = nk; j < nkp; j++) s[j] = 0.f;
+                        if (c->dmask != NULL && nk > 0) {
+                            const nk_tensor *dm = c->dmask;
+                            float *dst = (float *)dm->data + b * dm->strides[0] + h * dm->strides[1] +
+                                         (q0 + i) * dm->strides[2] + k0 * dm->strides[3];
+                            for (int64_t j = 0; j < nk; j++) dst[j * dm->strides[3]] = s[j];
+                        }
+                    }
+                    simd->gemm_acc(nk, Dvp, mq, PT, mq, dO, Dvp, dVacc + k0 * Dvp, Dvp);
+                    simd->gemm_acc(mq, Dp, nkp, S, nkp, Kr, Dp, dQ, Dp);
+                    simd->gemm_acc(nk, Dp, mq, dST, mq, Qs, Dp, dKacc + k0 * Dp, Dp);
+                }
+                for (int64_t i = 0; i < mq; i++) {
+                    float *r = dQ + i * Dp;
+                    for (int64_t d = 0; d < c->D; d++) r[d] *= scale;
+                    if (c->D > 0)
+                        c->from_f32((char *)nk_at(c->dq, c->es, b, h, q0 + i), c->dq->strides[3], r, 1, c->D);
+                }
+            }
+            /* Causal rows past the last key and keys past kend got no gradient: zero dmask there. */
+            if (c->dmask != NULL && a->causal) {
+                const nk_tensor *dm = c->dmask;
+                for (int64_t i = 0; i < c->Lq; i++)
+                    for (int64_t j = i + 1; j < Lk; j++)
+                        ((float *)dm->data)[b * dm->strides[0] + h * dm->strides[1] + i * dm->strides[2] +
+                                            j * dm->strides[3]] = 0.f;
+            }
+        }
+        for (int64_t j = 0; j < Lk; j++) {
+            if (c->D > 0)
+                c->from_f32((char *)nk_at(c->dk, c->es, b, hk, j), c->dk->strides[3], dKacc + j * Dp, 1, c->D);
+            if (c->Dv > 0)
+                c->from_f32((char *)nk_at(c->dv, c->es, b, hk, j), c->dv->strides[3], dVacc + j * Dvp, 1, c->Dv);
+        }
+    }
+done:
+    free(dKacc);
+    free(dVacc);
+    free(Qs);
+    free(dO);
+    free(dQ);
+    free(S);
+    free(dP);
+    free(PT);
+    free(dST);
+    free(Kt);
+    free(Kr);
+    free(Vt);
+    free(tmp);
+}
+
+static bool nk_same_sizes(const nk_tensor *a, const nk_tensor *b) {
+    int64_t n;
+    return a != NULL && nk_tensor_check(a, &n) == NK_SUCCESS && nk_same_shape(a, b);
+}
+
+nk_status nk_sdpa_backward(const nk_sdpa_args *a, const nk_tensor *out, const nk_tensor *lse,
+                           const nk_tensor *grad_out, const nk_tensor *dq, const nk_tensor *dk,
+                           const nk_tensor *dv, const nk_tensor *dmask) {
+    nk_sdpa_ctx c;
+    nk_status st = nk_sdpa_setup(&c, a, out, lse);
+    if (st != NK_SUCCESS) return st;
+    if (!nk_same_sizes(grad_out, out) || !nk_same_sizes(dq, a->q) || !nk_same_sizes(dk, a->k) ||
+        !nk_same_sizes(dv, a->v))
+        return NK_INVALID;
+    if (grad_out->dtype != a->q->dtype || dq->dtype != a->q->dtype || dk->dtype != a->q->dtype ||
+        dv->dtype != a->q->dtype)
+        return NK_UNSUPPORTED;
+    if (dmask != NULL) {
+        int64_t n;
+        const int64_t msz[4] = {c.B, c.Hq, c.Lq, c.Lk};
+        if (nk_tensor_check(dmask, &n) != NK_SUCCESS || dmask->ndim != 4) return NK_INVALID;
+        for (int d = 0; d < 4; d++)
+            if (dmask->sizes[d] != msz[d]) return NK_INVALID;
+        if (dmask->dtype != NK_F32) return NK_UNSUPPORTED;
+    }
+    c.grad_out = grad_out;
+    c.dq = dq;
+    c.dk = dk;
+    c.dv = dv;
+    c.dmask = dmask;
+    /* With no keys every gradient is zero, and dq is never visited by the key loop. */
+    if (c.Lk == 0 && c.D > 0) {
+        nk_scalar zero = {.is_float = true, .f = 0.0};
+        nk_fill(dq, zero);
+    }
+    const int64_t tasks = c.B * c.Hkv;
+    if (tasks == 0) return NK_SUCCESS;
+    nk_parallel_for(tasks, 1, nk_sdpa_bwd_range, &c);
+    return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
+}
