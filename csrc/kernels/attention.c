@@ -30,19 +30,25 @@ typedef struct nk_attn_simd {
 /* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
 #define NK_SFX(name) name##_avx512
 #define NK_TGT __attribute__((target("avx512f"), optimize("fp-contract=fast")))
+#define NK_GEMM_ROWS 8
 #include "attention_simd.h"
 #undef NK_SFX
 #undef NK_TGT
+#undef NK_GEMM_ROWS
 #define NK_SFX(name) name##_avx2
 #define NK_TGT __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
+#define NK_GEMM_ROWS 4
 #include "attention_simd.h"
 #undef NK_SFX
 #undef NK_TGT
+#undef NK_GEMM_ROWS
 #define NK_SFX(name) name##_base
 #define NK_TGT
+#define NK_GEMM_ROWS 4
 #include "attention_simd.h"
 #undef NK_SFX
 #undef NK_TGT
+#undef NK_GEMM_ROWS
 
 static const nk_attn_simd *nk_attn_simd_get(void) {
     __builtin_cpu_init();
@@ -157,6 +163,9 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
     }
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ;
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
+    /* fp32 rows that are contiguous and a whole number of vectors are read in place. */
+    const bool direct_k = q->dtype == NK_F32 && k->strides[3] == 1 && c->D == Dp;
+    const bool direct_v = q->dtype == NK_F32 && v->strides[3] == 1 && c->Dv == Dvp;
     for (int64_t t = begin; t < end; t++) {
         const int64_t b = t / (c->Hq * c->nqb), h = (t / c->nqb) % c->Hq, q0 = (t % c->nqb) * BQ;
         const int64_t hk = h / c->group;
@@ -173,23 +182,38 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
         const int64_t kend = a->causal ? (c->Lk < q0 + mq ? c->Lk : q0 + mq) : c->Lk;
         for (int64_t k0 = 0; k0 < kend; k0 += BK) {
             const int64_t nk = kend - k0 < BK ? kend - k0 : BK, nkp = nk_round16(nk);
+            const float *Kd = direct_k ? (const float *)k->data + b * k->strides[0] + hk * k->strides[1] +
+                                             k0 * k->strides[2]
+                                       : NULL;
+            const float *Vd = direct_v ? (const float *)v->data + b * v->strides[0] + hk * v->strides[1] +
+                                             k0 * v->strides[2]
+                                       : NULL;
             if (mq >= 4) {
                 /* Transpose K into [Dp, nkp] so the score GEMM broadcasts Q and streams K rows. */
                 for (int64_t j = 0; j < nk; j++) {
-                    nk_load_row(c, tmp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, c->D);
-                    for (int64_t d = 0; d < c->D; d++) Kp[d * nkp + j] = tmp[d];
+                    const float *kr = tmp;
+                    if (Kd != NULL) {
+                        kr = Kd + j * k->strides[2];
+                    } else {
+                        nk_load_row(c, tmp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, c->D);
+                    }
+                    for (int64_t d = 0; d < c->D; d++) Kp[d * nkp + j] = kr[d];
                 }
                 for (int64_t d = 0; d < Dp; d++)
                     for (int64_t j = (d < c->D ? nk : 0); j < nkp; j++) Kp[d * nkp + j] = 0.f;
                 memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
                 simd->gemm_acc(mq, nkp, Dp, Q, Dp, Kp, nkp, S, nkp);
+            } else if (Kd != NULL) {
+                /* Few query rows (decode): dot products straight from the key rows. */
+                for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kd, k->strides[2], S + i * nkp);
             } else {
                 for (int64_t j = 0; j < nk; j++)
                     nk_load_row(c, Kp + j * Dp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, Dp);
                 for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kp, Dp, S + i * nkp);
             }
-            for (int64_t j = 0; j < nkp; j++)
-                nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], j < nk ? c->Dv : 0, Dvp);
+            if (Vd == NULL)
+                for (int64_t j = 0; j < nk; j++)
+                    nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], c->Dv, Dvp);
             for (int64_t i = 0; i < mq; i++) {
                 float *s = S + i * nkp;
                 nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
@@ -212,7 +236,13 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
                     for (int64_t j = 0; j < nk; j++) s[j] *= z[j];
                 }
             }
-            simd->gemm_acc(mq, Dvp, nkp, S, nkp, V, Dvp, O, Dvp);
+            /* Only the nk real keys: columns past them hold zero probabilities and may lie past the
+             * end of v. */
+            if (Vd != NULL) {
+                simd->gemm_acc(mq, Dvp, nk, S, nkp, Vd, v->strides[2], O, Dvp);
+            } else {
+                simd->gemm_acc(mq, Dvp, nk, S, nkp, V, Dvp, O, Dvp);
+            }
         }
         for (int64_t i = 0; i < mq; i++) {
             const float l = lrow[i];

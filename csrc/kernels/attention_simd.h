@@ -5,6 +5,7 @@
  * (the function attribute, e.g. __attribute__((target("avx512f")))) before each inclusion. A 64-byte
  * vector becomes one zmm register under AVX-512, two ymm under AVX2 and four xmm on baseline x86-64.
  *
+ * NK_GEMM_ROWS: rows of the GEMM register tile (2*rows vector accumulators must fit the register file).
  * Contract for every function here: row lengths that are vectors (n, N) are multiples of 16.
  */
 
@@ -12,6 +13,9 @@ typedef float nk_v16f __attribute__((vector_size(64)));
 typedef int32_t nk_v16i __attribute__((vector_size(64)));
 /* Unaligned, aliasing-safe views for loads and stores from plain float arrays. */
 typedef float nk_v16f_u __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float nk_v8f __attribute__((vector_size(32)));
+typedef float nk_v4f __attribute__((vector_size(16)));
+typedef int32_t nk_v8i __attribute__((vector_size(32)));
 
 #ifndef NK_ATTN_SIMD_ONCE
 #define NK_ATTN_SIMD_ONCE
@@ -60,6 +64,14 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vexp)(nk_v16f x) {
     return NK_SFX(nk_vselect)(nan, x, y);
 }
 
+/* Horizontal sum and max by halving (a tree, not 16 dependent scalar steps). */
+NK_TGT static inline float NK_SFX(nk_vhsum)(nk_v16f v) {
+    const nk_v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                     __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const nk_v4f b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
+    return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 NK_TGT static float NK_SFX(nk_row_max)(const float *s, int64_t n) {
     nk_v16f m = NK_SFX(nk_vsplat)(-INFINITY);
     for (int64_t j = 0; j < n; j += 16) {
@@ -67,8 +79,11 @@ NK_TGT static float NK_SFX(nk_row_max)(const float *s, int64_t n) {
         /* v != v keeps a NaN, as PyTorch's max does. */
         m = NK_SFX(nk_vselect)((v > m) | (v != v), v, m);
     }
-    float r = -INFINITY;
-    for (int k = 0; k < 16; k++) r = (m[k] > r || m[k] != m[k]) ? m[k] : r;
+    const nk_v8f lo = __builtin_shufflevector(m, m, 0, 1, 2, 3, 4, 5, 6, 7);
+    const nk_v8f hi = __builtin_shufflevector(m, m, 8, 9, 10, 11, 12, 13, 14, 15);
+    const nk_v8f a = (nk_v8f)(((nk_v8i)hi & ((hi > lo) | (hi != hi))) | ((nk_v8i)lo & ~((hi > lo) | (hi != hi))));
+    float r = a[0];
+    for (int k = 1; k < 8; k++) r = (a[k] > r || a[k] != a[k]) ? a[k] : r;
     return r;
 }
 
@@ -80,9 +95,7 @@ NK_TGT static float NK_SFX(nk_row_exp_sum)(float *s, int64_t n, float m) {
         NK_VSTORE(s + j, e);
         acc += e;
     }
-    float r = 0.f;
-    for (int k = 0; k < 16; k++) r += acc[k];
-    return r;
+    return NK_SFX(nk_vhsum)(acc);
 }
 
 /* s[j] = exp(s[j] - m) without a sum (backward: m is the saved log-sum-exp). */
@@ -114,6 +127,11 @@ NK_TGT static void NK_SFX(nk_row_exp)(float *s, int64_t n, float m) {
 NK_TGT static void NK_SFX(nk_gemm_acc)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                        const float *B, int64_t ldb, float *C, int64_t ldc) {
     int64_t i = 0;
+    for (; i + NK_GEMM_ROWS <= M; i += NK_GEMM_ROWS) {
+        int64_t j = 0;
+        for (; j + 32 <= N; j += 32) NK_GEMM_TILE(NK_GEMM_ROWS, 2);
+        for (; j < N; j += 16) NK_GEMM_TILE(NK_GEMM_ROWS, 1);
+    }
     for (; i + 4 <= M; i += 4) {
         int64_t j = 0;
         for (; j + 32 <= N; j += 32) NK_GEMM_TILE(4, 2);
@@ -140,24 +158,15 @@ NK_TGT static void NK_SFX(nk_gemv_dots)(int64_t n, int64_t d, const float *q, co
             a2 += qv * NK_VLOAD(K + (j + 2) * ldk + k);
             a3 += qv * NK_VLOAD(K + (j + 3) * ldk + k);
         }
-        float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
-        for (int t = 0; t < 16; t++) {
-            r0 += a0[t];
-            r1 += a1[t];
-            r2 += a2[t];
-            r3 += a3[t];
-        }
-        s[j] = r0;
-        s[j + 1] = r1;
-        s[j + 2] = r2;
-        s[j + 3] = r3;
+        s[j] = NK_SFX(nk_vhsum)(a0);
+        s[j + 1] = NK_SFX(nk_vhsum)(a1);
+        s[j + 2] = NK_SFX(nk_vhsum)(a2);
+        s[j + 3] = NK_SFX(nk_vhsum)(a3);
     }
     for (; j < n; j++) {
         nk_v16f a0 = NK_SFX(nk_vsplat)(0.f);
         for (int64_t k = 0; k < d; k += 16) a0 += NK_VLOAD(q + k) * NK_VLOAD(K + j * ldk + k);
-        float r0 = 0.f;
-        for (int t = 0; t < 16; t++) r0 += a0[t];
-        s[j] = r0;
+        s[j] = NK_SFX(nk_vhsum)(a0);
     }
 }
 
@@ -168,3 +177,4 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
     .row_exp_sum = NK_SFX(nk_row_exp_sum),
     .row_exp = NK_SFX(nk_row_exp),
 };
+#undef NK_GEMM_TILE

@@ -1,0 +1,64 @@
+"""SDPA and KV-cache update on neuron vs PyTorch CPU, measured in the same run.
+
+Prints, per case, the neuron time, the CPU time and CPU/neuron (>1 means neuron is faster).
+"""
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx  # noqa: F401
+
+
+def bench(fn, sync=None, warmup=3, min_time=0.5, min_iters=5):
+    for _ in range(warmup):
+        fn()
+    if sync:
+        sync()
+    n, start = 0, time.perf_counter()
+    while True:
+        fn()
+        n += 1
+        if sync:
+            sync()
+        el = time.perf_counter() - start
+        if n >= min_iters and el >= min_time:
+            return el / n
+
+
+def row(name, tn, tc):
+    print(f"{name:<48} neuron {tn * 1e3:9.3f} ms   cpu {tc * 1e3:9.3f} ms   cpu/neuron {tc / tn:6.2f}x", flush=True)
+
+
+def sdpa_case(name, B, H, Lq, Lk, D, dtype, causal):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, Lq, D, generator=g).to(dtype)
+    k = torch.randn(B, H, Lk, D, generator=g).to(dtype)
+    v = torch.randn(B, H, Lk, D, generator=g).to(dtype)
+    qn, kn, vn = q.to("neuron"), k.to("neuron"), v.to("neuron")
+    sync = torch.neuron.synchronize
+    tn = bench(lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=causal), sync)
+    tc = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    row(name, tn, tc)
+
+
+def main():
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
+    for dtype in (torch.float32, torch.bfloat16):
+        dt = str(dtype).replace("torch.", "")
+        sdpa_case(f"sdpa prefill B1 H12 L512 D64 causal {dt}", 1, 12, 512, 512, 64, dtype, True)
+        for lk in (512, 1024, 2048):
+            sdpa_case(f"sdpa decode  B1 H12 Lq1 Lk{lk} D64 {dt}", 1, 12, 1, lk, 64, dtype, False)
+    for dtype in (torch.float32, torch.bfloat16):
+        dt = str(dtype).replace("torch.", "")
+        cache = torch.zeros(1, 12, 2048, 64, dtype=dtype)
+        new = torch.randn(1, 12, 1, 64).to(dtype)
+        pos = torch.tensor([1000])
+        cn, nn_, pn = cache.to("neuron"), new.to("neuron"), pos.to("neuron")
+        tn = bench(lambda: cn.index_copy_(2, pn, nn_), torch.neuron.synchronize)
+        tc = bench(lambda: cache.index_copy_(2, pos, new))
+        row(f"index_copy_ [1,12,2048,64] dim2 1 row {dt}", tn, tc)
+
+
+if __name__ == "__main__":
+    main()
