@@ -129,6 +129,37 @@ nk_status nk_sdpa_backward(const nk_sdpa_args *a, const nk_tensor *out, const nk
                            const nk_tensor *grad_out, const nk_tensor *dq, const nk_tensor *dk,
                            const nk_tensor *dv, const nk_tensor *dmask);
 
+/*
+ * Indexing (index.c). Index tensors are int32 or int64, any strides; `dim` is already wrapped.
+ * Indices must lie in [0, size): a kernel that meets one outside returns NK_INVALID with *bad set to
+ * it (the caller initialises *bad to INT64_MIN, so a descriptor error leaves it unchanged). Indices
+ * are all checked before anything is written. Source and destination have the same dtype.
+ */
+/* dst = src.index_select(dim, index): dst.sizes = src.sizes with dim replaced by numel(index);
+ * index is 1-D or a scalar. */
+nk_status nk_index_select(const nk_tensor *dst, const nk_tensor *src, int32_t dim, const nk_tensor *index,
+                          int64_t *bad);
+/* dst.index_copy_(dim, index, src): slice i of src along dim goes to slice index[i] of dst (a later
+ * duplicate wins). */
+nk_status nk_index_copy(const nk_tensor *dst, int32_t dim, const nk_tensor *index, const nk_tensor *src,
+                        int64_t *bad);
+/* dst.index_add_(dim, index, src, alpha=alpha): duplicates accumulate in index order. Float and
+ * integer dtypes (not bool); integer dtypes use alpha converted to int64. */
+nk_status nk_index_add(const nk_tensor *dst, int32_t dim, const nk_tensor *index, const nk_tensor *src,
+                       nk_scalar alpha, int64_t *bad);
+/* dst = src.gather(dim, index): dst and index have one shape; index.size(d) <= src.size(d) for d != dim. */
+nk_status nk_gather(const nk_tensor *dst, const nk_tensor *src, int32_t dim, const nk_tensor *index, int64_t *bad);
+/* dst.scatter_(dim, index, src) (src != NULL) or with a scalar value (src == NULL); accumulate adds
+ * instead of assigning (scatter_add_, reduce="sum"/"add"). Elements are visited in index order, so a
+ * later duplicate wins when assigning. */
+nk_status nk_scatter(const nk_tensor *dst, int32_t dim, const nk_tensor *index, const nk_tensor *src,
+                     nk_scalar value, bool accumulate, int64_t *bad);
+/* grad_weight [V, D] = embedding backward of grad [N, D] for indices [N]: rows of index padding_idx
+ * are skipped; with scale_by_freq each row is divided by the count of its index. grad_weight is
+ * overwritten (zeroed first). Float dtypes. */
+nk_status nk_embedding_backward(const nk_tensor *grad_weight, const nk_tensor *grad, const nk_tensor *indices,
+                                int64_t padding_idx, bool scale_by_freq, int64_t *bad);
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at

@@ -1,0 +1,263 @@
+// Indexing operators on neuron: index_select (and so embedding), embedding backward, gather,
+// scatter/scatter_add, index_copy_, index_add_, bound to the C kernels of kernels/index.c.
+//
+// Index tensors may live on neuron or on the CPU (both are host-addressable), as CUDA accepts CPU
+// indices. Whenever a kernel declines a call (dtype, shape, an out-of-range index) the CPU kernel runs
+// on aliases of the same memory: results then equal the CPU's and bad input raises PyTorch's own error.
+// Kernels validate every index before writing, so the CPU rerun sees the tensors untouched.
+#include "aten/neuron_aten.h"
+
+#include <ATen/WrapDimUtils.h>
+#include <torch/library.h>
+
+namespace torch_neuronx {
+namespace {
+
+at::Tensor host(const at::Tensor& t) { return t.is_privateuseone() ? cpu_alias(t) : t; }
+
+// A neuron copy of a CPU result.
+at::Tensor to_device(const at::Tensor& r, const at::Tensor& like) { return r.to(like.device()); }
+
+bool nk2(const at::Tensor& a, nk_tensor* ta, const at::Tensor& b, nk_tensor* tb) { return to_nk(a, ta) && to_nk(b, tb); }
+
+bool index_ok(const at::Tensor& index, bool allow_int) {
+  return index.scalar_type() == at::kLong || (allow_int && index.scalar_type() == at::kInt);
+}
+
+int32_t wrap(int64_t dim, const at::Tensor& t) { return static_cast<int32_t>(at::maybe_wrap_dim(dim, t.dim())); }
+
+// ---- index_select / embedding ----------------------------------------------------------------------
+
+at::Tensor& index_select_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  if (index_ok(index, true) && index.dim() <= 1 && out.scalar_type() == self.scalar_type() && self.dim() > 0) {
+    const int32_t d = wrap(dim, self);
+    std::vector<int64_t> sizes = self.sizes().vec();
+    sizes[d] = index.numel();
+    if (out.sizes() != at::IntArrayRef(sizes)) out.resize_(sizes);
+    nk_tensor to, ts, ti;
+    if (nk2(out, &to, self, &ts) && to_nk(index, &ti) && !out.is_same(self)) {
+      int64_t bad = INT64_MIN;
+      nk_status st = nk_index_select(&to, &ts, d, &ti, &bad);
+      if (st == NK_SUCCESS) return out;
+      TORCH_CHECK_INDEX(bad == INT64_MIN, "index out of range in self");
+    }
+  }
+  at::Tensor r = at::index_select(host(self), dim, host(index));
+  out.resize_(r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor neuron_index_select(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  NEURON_NATIVE("aten::index_select");
+  at::Tensor out = at::empty({0}, self.options());
+  return index_select_out_impl(self, dim, index, out);
+}
+
+at::Tensor& neuron_index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  NEURON_NATIVE("aten::index_select.out");
+  return index_select_out_impl(self, dim, index, out);
+}
+
+at::Tensor neuron_embedding_dense_backward(const at::Tensor& grad_output, const at::Tensor& indices,
+                                           c10::SymInt num_weights_s, c10::SymInt padding_idx_s,
+                                           bool scale_grad_by_freq) {
+  NEURON_NATIVE("aten::embedding_dense_backward");
+  const int64_t num_weights = num_weights_s.expect_int(), padding_idx = padding_idx_s.expect_int();
+  at::Tensor idx = indices.reshape({-1});
+  const int64_t D = grad_output.size(-1);
+  at::Tensor grad = grad_output.reshape({idx.numel(), D});
+  at::Tensor gw = at::empty({num_weights, D}, grad_output.options());
+  nk_tensor tw, tg, ti;
+  if (index_ok(idx, true) && nk2(gw, &tw, grad, &tg) && to_nk(idx, &ti)) {
+    int64_t bad = INT64_MIN;
+    nk_status st = nk_embedding_backward(&tw, &tg, &ti, padding_idx, scale_grad_by_freq, &bad);
+    if (st == NK_SUCCESS) return gw;
+  }
+  return to_device(at::embedding_dense_backward(host(grad_output), host(indices), num_weights, padding_idx,
+                                                scale_grad_by_freq),
+                   grad_output);
+}
+
+// ---- gather / scatter ------------------------------------------------------------------------------
+
+at::Tensor& gather_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
+  if (index_ok(index, false) && out.scalar_type() == self.scalar_type() && index.dim() == self.dim() &&
+      !out.is_same(self)) {
+    const int32_t d = self.dim() ? wrap(dim, self) : 0;
+    if (!out.sizes().equals(index.sizes())) out.resize_(index.sizes());
+    nk_tensor to, ts, ti;
+    if (nk2(out, &to, self, &ts) && to_nk(index, &ti)) {
+      int64_t bad = INT64_MIN;
+      if (nk_gather(&to, &ts, d, &ti, &bad) == NK_SUCCESS) return out;
+    }
+  }
+  at::Tensor r = at::gather(host(self), dim, host(index));
+  out.resize_(r.sizes());
+  out.copy_(r);
+  return out;
+}
+
+at::Tensor neuron_gather(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad) {
+  NEURON_NATIVE("aten::gather");
+  at::Tensor out = at::empty(index.sizes(), self.options());
+  return gather_out_impl(self, dim, index, out);
+}
+
+at::Tensor& neuron_gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
+                              at::Tensor& out) {
+  NEURON_NATIVE("aten::gather.out");
+  return gather_out_impl(self, dim, index, out);
+}
+
+// self.scatter_(dim, index, src or value), accumulate for scatter_add_.
+at::Tensor& scatter_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor* src,
+                            const at::Scalar* value, bool accumulate) {
+  bool simple_value = value == nullptr || value->isFloatingPoint() || value->isIntegral(false) || value->isBoolean();
+  if (index_ok(index, false) && index.dim() == self.dim() && simple_value &&
+      (src == nullptr || (src->scalar_type() == self.scalar_type() && src->dim() == self.dim() &&
+                          !src->is_same(self)))) {
+    const int32_t d = self.dim() ? wrap(dim, self) : 0;
+    nk_tensor tself, ti, tsrc;
+    if (to_nk(self, &tself) && to_nk(index, &ti) && (src == nullptr || to_nk(*src, &tsrc))) {
+      nk_scalar v{};
+      if (value != nullptr) {
+        if (value->isFloatingPoint()) {
+          v.is_float = true;
+          v.f = value->toDouble();
+        } else {
+          v.i = value->isBoolean() ? static_cast<int64_t>(value->toBool()) : value->toLong();
+        }
+      }
+      int64_t bad = INT64_MIN;
+      if (nk_scatter(&tself, d, &ti, src ? &tsrc : nullptr, v, accumulate, &bad) == NK_SUCCESS) return self;
+    }
+  }
+  at::Tensor s = host(self);
+  if (accumulate) {
+    s.scatter_add_(dim, host(index), host(*src));
+  } else if (src != nullptr) {
+    s.scatter_(dim, host(index), host(*src));
+  } else {
+    s.scatter_(dim, host(index), *value);
+  }
+  return self;
+}
+
+at::Tensor& neuron_scatter_src_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  NEURON_NATIVE("aten::scatter_.src");
+  return scatter_inplace(self, dim, index, &src, nullptr, false);
+}
+
+at::Tensor& neuron_scatter_value_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  NEURON_NATIVE("aten::scatter_.value");
+  return scatter_inplace(self, dim, index, nullptr, &value, false);
+}
+
+at::Tensor& neuron_scatter_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  NEURON_NATIVE("aten::scatter_add_");
+  return scatter_inplace(self, dim, index, &src, nullptr, true);
+}
+
+at::Tensor neuron_scatter_src(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  NEURON_NATIVE("aten::scatter.src");
+  at::Tensor out = self.clone();
+  return scatter_inplace(out, dim, index, &src, nullptr, false);
+}
+
+at::Tensor neuron_scatter_value(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Scalar& value) {
+  NEURON_NATIVE("aten::scatter.value");
+  at::Tensor out = self.clone();
+  return scatter_inplace(out, dim, index, nullptr, &value, false);
+}
+
+at::Tensor neuron_scatter_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& src) {
+  NEURON_NATIVE("aten::scatter_add");
+  at::Tensor out = self.clone();
+  return scatter_inplace(out, dim, index, &src, nullptr, true);
+}
+
+// ---- index_copy_ / index_add_ ----------------------------------------------------------------------
+
+at::Tensor& index_copy_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  if (index_ok(index, false) && index.dim() <= 1 && source.scalar_type() == self.scalar_type() &&
+      source.dim() == self.dim() && !source.is_same(self)) {
+    const int32_t d = self.dim() ? wrap(dim, self) : 0;
+    nk_tensor tself, ti, tsrc;
+    if (nk2(self, &tself, source, &tsrc) && to_nk(index, &ti)) {
+      int64_t bad = INT64_MIN;
+      if (nk_index_copy(&tself, d, &ti, &tsrc, &bad) == NK_SUCCESS) return self;
+    }
+  }
+  host(self).index_copy_(dim, host(index), host(source));
+  return self;
+}
+
+at::Tensor& neuron_index_copy_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  NEURON_NATIVE("aten::index_copy_");
+  return index_copy_inplace(self, dim, index, source);
+}
+
+at::Tensor neuron_index_copy(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source) {
+  NEURON_NATIVE("aten::index_copy");
+  at::Tensor out = self.clone();
+  return index_copy_inplace(out, dim, index, source);
+}
+
+at::Tensor& index_add_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                              const at::Scalar& alpha) {
+  if (index_ok(index, true) && index.dim() <= 1 && source.scalar_type() == self.scalar_type() &&
+      source.dim() == self.dim() && !source.is_same(self) && (alpha.isFloatingPoint() || alpha.isIntegral(false))) {
+    const int32_t d = self.dim() ? wrap(dim, self) : 0;
+    nk_tensor tself, ti, tsrc;
+    if (nk2(self, &tself, source, &tsrc) && to_nk(index, &ti)) {
+      nk_scalar a{};
+      if (alpha.isFloatingPoint()) {
+        a.is_float = true;
+        a.f = alpha.toDouble();
+      } else {
+        a.i = alpha.toLong();
+      }
+      int64_t bad = INT64_MIN;
+      if (nk_index_add(&tself, d, &ti, &tsrc, a, &bad) == NK_SUCCESS) return self;
+    }
+  }
+  host(self).index_add_(dim, host(index), host(source), alpha);
+  return self;
+}
+
+at::Tensor& neuron_index_add_(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                              const at::Scalar& alpha) {
+  NEURON_NATIVE("aten::index_add_");
+  return index_add_inplace(self, dim, index, source, alpha);
+}
+
+at::Tensor neuron_index_add(const at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
+                            const at::Scalar& alpha) {
+  NEURON_NATIVE("aten::index_add");
+  at::Tensor out = self.clone();
+  return index_add_inplace(out, dim, index, source, alpha);
+}
+
+}  // namespace
+}  // namespace torch_neuronx
+
+using namespace torch_neuronx;
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("index_select", neuron_index_select);
+  m.impl("index_select.out", neuron_index_select_out);
+  m.impl("embedding_dense_backward", neuron_embedding_dense_backward);
+  m.impl("gather", neuron_gather);
+  m.impl("gather.out", neuron_gather_out);
+  m.impl("scatter.src", neuron_scatter_src);
+  m.impl("scatter_.src", neuron_scatter_src_);
+  m.impl("scatter.value", neuron_scatter_value);
+  m.impl("scatter_.value", neuron_scatter_value_);
+  m.impl("scatter_add", neuron_scatter_add);
+  m.impl("scatter_add_", neuron_scatter_add_);
+  m.impl("index_copy", neuron_index_copy);
+  m.impl("index_copy_", neuron_index_copy_);
+  m.impl("index_add", neuron_index_add);
+  m.impl("index_add_", neuron_index_add_);
+}
