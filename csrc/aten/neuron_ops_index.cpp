@@ -82,7 +82,7 @@ at::Tensor neuron_embedding_dense_backward(const at::Tensor& grad_output, const 
 // ---- gather / scatter ------------------------------------------------------------------------------
 
 at::Tensor& gather_out_impl(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
-  if (index_ok(index, false) && out.scalar_type() == self.scalar_type() && index.dim() == self.dim() &&
+  if (index_ok(index, true) && out.scalar_type() == self.scalar_type() && index.dim() == self.dim() &&
       !out.is_same(self)) {
     const int32_t d = self.dim() ? wrap(dim, self) : 0;
     if (!out.sizes().equals(index.sizes())) out.resize_(index.sizes());
@@ -114,7 +114,7 @@ at::Tensor& neuron_gather_out(const at::Tensor& self, int64_t dim, const at::Ten
 at::Tensor& scatter_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor* src,
                             const at::Scalar* value, bool accumulate) {
   bool simple_value = value == nullptr || value->isFloatingPoint() || value->isIntegral(false) || value->isBoolean();
-  if (index_ok(index, false) && index.dim() == self.dim() && simple_value &&
+  if (index_ok(index, true) && index.dim() == self.dim() && simple_value &&
       (src == nullptr || (src->scalar_type() == self.scalar_type() && src->dim() == self.dim() &&
                           !src->is_same(self)))) {
     const int32_t d = self.dim() ? wrap(dim, self) : 0;
@@ -187,6 +187,9 @@ at::Tensor& index_copy_inplace(at::Tensor& self, int64_t dim, const at::Tensor& 
     if (nk2(self, &tself, source, &tsrc) && to_nk(index, &ti)) {
       int64_t bad = INT64_MIN;
       if (nk_index_copy(&tself, d, &ti, &tsrc, &bad) == NK_SUCCESS) return self;
+      // Checked before any write, so unlike the CPU kernel the destination is left untouched.
+      TORCH_CHECK_INDEX(bad == INT64_MIN, "index_copy_(): index ", bad, " is out of bounds for dimension ", d,
+                        " with size ", self.dim() ? self.size(d) : 1);
     }
   }
   host(self).index_copy_(dim, host(index), host(source));
