@@ -198,3 +198,30 @@ def test_zero_size():
     y = make((3, 0), torch.float32)
     same(dev(y).index_select(0, torch.tensor([2, 0])), y.index_select(0, torch.tensor([2, 0])))
     same(torch.gather(dev(y), 1, torch.zeros(3, 0, dtype=torch.long)), torch.gather(y, 1, torch.zeros(3, 0, dtype=torch.long)))
+
+
+def test_cat():
+    a = make((2, 3, 4), torch.float32)
+    b = make((2, 5, 4), torch.bfloat16, seed=1)
+    c = make((2, 1, 4), torch.int64, seed=2)
+    before = native("aten::cat")
+    for dim in (1, -2):
+        same(torch.cat([dev(a), dev(b), dev(c)], dim), torch.cat([a, b, c], dim))  # promotion like the CPU
+    assert native("aten::cat") == before + 2
+    same(torch.cat([dev(a), dev(a.transpose(0, 1).contiguous().transpose(0, 1))], 0), torch.cat([a, a], 0))
+    same(torch.cat([dev(a), dev(torch.empty(0)), dev(a)], 2), torch.cat([a, torch.empty(0), a], 2))  # legacy empty
+    same(torch.cat([dev(a[:, :0]), dev(a)], 1), torch.cat([a[:, :0], a], 1))
+    ks = [make((1, 2, n, 8), torch.bfloat16, seed=n) for n in (5, 1)]  # dynamic KV cache growth
+    same(torch.cat([dev(k) for k in ks], -2), torch.cat(ks, -2))
+    out = dev(torch.empty(0))
+    torch.cat([dev(a), dev(a)], 0, out=out)
+    same(out, torch.cat([a, a], 0))
+    raises_like(lambda: torch.cat([a, make((3, 3, 4), torch.float32)], 1),
+                lambda: torch.cat([dev(a), dev(make((3, 3, 4), torch.float32))], 1))
+    raises_like(lambda: torch.cat([torch.tensor(1.0)]), lambda: torch.cat([dev(torch.tensor(1.0))]))
+    xs = [make((3, 2), torch.float32, seed=i).requires_grad_() for i in range(3)]
+    xd = [dev(x.detach()).requires_grad_() for x in xs]
+    torch.cat(xs, 1).pow(2).sum().backward()
+    torch.cat(xd, 1).pow(2).sum().backward()
+    for x, y in zip(xs, xd):
+        torch.testing.assert_close(y.grad.cpu(), x.grad)

@@ -1,5 +1,5 @@
 // Indexing operators on neuron: index_select (and so embedding), embedding backward, gather,
-// scatter/scatter_add, index_copy_, index_add_, bound to the C kernels of kernels/index.c.
+// scatter/scatter_add, index_copy_, index_add_, cat, bound to the C kernels of kernels/index.c.
 //
 // Index tensors may live on neuron or on the CPU (both are host-addressable), as CUDA accepts CPU
 // indices. Whenever a kernel declines a call (dtype, shape, an out-of-range index) the CPU kernel runs
@@ -242,6 +242,75 @@ at::Tensor neuron_index_add(const at::Tensor& self, int64_t dim, const at::Tenso
   return index_add_inplace(out, dim, index, source, alpha);
 }
 
+// ---- cat -------------------------------------------------------------------------------------------
+
+// Writes cat(tensors, dim) into *out (allocated here when undefined); false when the CPU kernel must
+// run instead (mixed devices, channels-last inputs, bad shapes: it raises PyTorch's errors).
+bool cat_native(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out, bool allocate) {
+  auto ts = tensors.materialize();
+  const at::Tensor* ref = nullptr;
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  for (const at::Tensor& t : ts) {
+    dtype = dtype == at::ScalarType::Undefined ? t.scalar_type() : c10::promoteTypes(dtype, t.scalar_type());
+    if (!(t.dim() == 1 && t.numel() == 0) && ref == nullptr) ref = &t;  // legacy empty tensors are skipped
+  }
+  if (ref == nullptr || ref->dim() == 0) return false;
+  const int64_t d = at::maybe_wrap_dim(dim, ref->dim());
+  std::vector<int64_t> sizes = ref->sizes().vec();
+  sizes[d] = 0;
+  std::vector<nk_tensor> descs;
+  for (const at::Tensor& t : ts) {
+    if (t.dim() == 1 && t.numel() == 0) continue;
+    if (!t.is_privateuseone() || t.dim() != ref->dim() || t.suggest_memory_format() != at::MemoryFormat::Contiguous)
+      return false;
+    for (int64_t k = 0; k < t.dim(); ++k)
+      if (k != d && t.size(k) != ref->size(k)) return false;
+    sizes[d] += t.size(d);
+    nk_tensor n;
+    if (!to_nk(t, &n)) return false;
+    descs.push_back(n);
+  }
+  if (allocate) {
+    out = at::empty(sizes, ref->options().dtype(dtype));
+  } else {
+    if (out.scalar_type() != dtype || !out.is_privateuseone()) return false;
+    for (const at::Tensor& t : ts)
+      if (t.numel() && out.numel() && t.storage().is_alias_of(out.storage())) return false;
+    if (!out.sizes().equals(sizes)) out.resize_(sizes);
+  }
+  nk_tensor to;
+  if (!to_nk(out, &to)) return false;
+  std::vector<const nk_tensor*> ptrs;
+  for (auto& n : descs) ptrs.push_back(&n);
+  return nk_cat(&to, ptrs.data(), static_cast<int64_t>(ptrs.size()), static_cast<int32_t>(d)) == NK_SUCCESS;
+}
+
+std::vector<at::Tensor> hosts(const at::ITensorListRef& tensors) {
+  std::vector<at::Tensor> v;
+  for (const at::Tensor& t : tensors) v.push_back(host(t));
+  return v;
+}
+
+at::Tensor neuron_cat(const at::ITensorListRef& tensors, int64_t dim) {
+  NEURON_NATIVE("aten::cat");
+  at::Tensor out;
+  if (cat_native(tensors, dim, out, true)) return out;
+  auto ts = tensors.materialize();
+  at::Tensor r = at::cat(hosts(tensors), dim);
+  for (const at::Tensor& t : ts)
+    if (t.is_privateuseone()) return to_device(r, t);
+  return r;
+}
+
+at::Tensor& neuron_cat_out(const at::ITensorListRef& tensors, int64_t dim, at::Tensor& out) {
+  NEURON_NATIVE("aten::cat.out");
+  if (cat_native(tensors, dim, out, false)) return out;
+  at::Tensor r = at::cat(hosts(tensors), dim);
+  out.resize_(r.sizes());
+  out.copy_(r);
+  return out;
+}
+
 }  // namespace
 }  // namespace torch_neuronx
 
@@ -263,4 +332,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("index_copy_", neuron_index_copy_);
   m.impl("index_add", neuron_index_add);
   m.impl("index_add_", neuron_index_add_);
+  m.impl("cat", neuron_cat);
+  m.impl("cat.out", neuron_cat_out);
 }

@@ -393,3 +393,33 @@ nk_status nk_embedding_backward(const nk_tensor *gw, const nk_tensor *grad, cons
     free(counts);
     return NK_SUCCESS;
 }
+
+/* ---- cat -------------------------------------------------------------------------------------- */
+
+nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, int32_t dim) {
+    int64_t nd;
+    if (nk_tensor_check(dst, &nd) != NK_SUCCESS || dst->ndim < 1 || dim < 0 || dim >= dst->ndim || n < 0)
+        return NK_INVALID;
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const nk_tensor *s = srcs[i];
+        int64_t ns;
+        if (nk_tensor_check(s, &ns) != NK_SUCCESS || s->ndim != dst->ndim) return NK_INVALID;
+        for (int32_t d = 0; d < dst->ndim; d++)
+            if (d != dim && s->sizes[d] != dst->sizes[d]) return NK_INVALID;
+        total += s->sizes[dim];
+    }
+    if (total != dst->sizes[dim]) return NK_INVALID;
+    const int64_t es = (int64_t)nk_dtype_size(dst->dtype);
+    int64_t off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        nk_tensor part = *dst;
+        part.sizes[dim] = srcs[i]->sizes[dim];
+        part.data = (char *)dst->data + off * dst->strides[dim] * es;
+        off += part.sizes[dim];
+        if (nk_tensor_numel(&part) == 0) continue;
+        const nk_status st = nk_copy(&part, srcs[i]);
+        if (st != NK_SUCCESS) return st;
+    }
+    return NK_SUCCESS;
+}

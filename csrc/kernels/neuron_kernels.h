@@ -159,6 +159,10 @@ nk_status nk_scatter(const nk_tensor *dst, int32_t dim, const nk_tensor *index, 
  * overwritten (zeroed first). Float dtypes. */
 nk_status nk_embedding_backward(const nk_tensor *grad_weight, const nk_tensor *grad, const nk_tensor *indices,
                                 int64_t padding_idx, bool scale_by_freq, int64_t *bad);
+/* dst = cat(srcs, dim): srcs[i] fills dst's slices along dim in order, converted to dst's dtype;
+ * every source has dst's sizes except along dim (sizes there sum to dst's). Sources must not overlap
+ * dst. */
+nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, int32_t dim);
 
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
