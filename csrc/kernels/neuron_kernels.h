@@ -96,6 +96,100 @@ nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64
 
 /* ---- elementwise: unary, binary, activations and their backward (elementwise.c) ------------------ */
 
+/*
+ * Operands of an element-wise op after broadcasting, laid out as PyTorch's TensorIterator does:
+ * operand 0 is the output, then the inputs; dims are ordered fastest first; strides are in BYTES
+ * (0 for a broadcast dim, may be negative). Operands may have different dtypes: every input is first
+ * converted to `common` (PyTorch's common dtype), the op computes in float for float16/bfloat16/float32,
+ * double for float64 and int64 for bool/uint8/int8/int16/int32/int64, and the result is rounded to
+ * `common` (bool for predicates) and then converted to the output's dtype. Other common dtypes return
+ * NK_UNSUPPORTED. The output may be the same memory as an input with the same layout (in-place ops),
+ * never a partial overlap.
+ */
+#define NK_EW_MAX_OPS 4
+typedef struct nk_ew_iter {
+    int32_t ndim;                           /* 0 = a single element */
+    int32_t nops;                           /* output + inputs */
+    int64_t sizes[NK_MAX_DIMS];
+    void *data[NK_EW_MAX_OPS];
+    nk_dtype dtype[NK_EW_MAX_OPS];
+    int64_t strides[NK_EW_MAX_OPS][NK_MAX_DIMS];
+    nk_dtype common;
+} nk_ew_iter;
+
+/*
+ * Scalar arguments, already converted by the caller as PyTorch does (e.g. to the common dtype), so the
+ * kernel only widens them to the compute type.
+ */
+typedef struct nk_ew_params {
+    nk_scalar alpha;   /* NK_ADD: a + alpha * b (for a float16/bfloat16 common dtype alpha * b is rounded
+                          to it first, as PyTorch's reduced-precision arithmetic does) */
+    nk_scalar value;   /* b of a binary op given without operand b (nops == 2); pow exponent; fill value
+                          of NK_MASKED_FILL; threshold of NK_THRESHOLD_BACKWARD */
+    nk_scalar lo, hi;  /* NK_CLAMP bounds, used when has_lo / has_hi */
+    bool has_lo, has_hi;
+} nk_ew_params;
+
+typedef enum nk_unary_op {
+    NK_NEG = 0,
+    NK_ABS,
+    NK_EXP,
+    NK_LOG,
+    NK_SQRT,
+    NK_RSQRT,
+    NK_RECIPROCAL,
+    NK_SIN,
+    NK_COS,
+    NK_TANH,
+    NK_SIGMOID,
+    NK_SILU,
+    NK_GELU,           /* x * Phi(x), with erf */
+    NK_GELU_TANH,      /* the tanh approximation */
+    NK_RELU,
+    NK_CLAMP,          /* bounds from params; NaN propagates */
+    NK_POW_SCALAR,     /* x ** params.value */
+    NK_LOGICAL_NOT,    /* predicate */
+    NK_BITWISE_NOT,    /* integers; use NK_LOGICAL_NOT for bool */
+    NK_UNARY_COUNT
+} nk_unary_op;
+
+typedef enum nk_binary_op {
+    NK_ADD = 0,        /* a + alpha * b */
+    NK_MUL,
+    NK_DIV,            /* true division (float common dtype) */
+    NK_DIV_TRUNC,
+    NK_DIV_FLOOR,
+    NK_EQ, NK_NE, NK_LT, NK_LE, NK_GT, NK_GE,               /* predicates */
+    NK_LOGICAL_AND, NK_LOGICAL_OR, NK_LOGICAL_XOR,          /* predicates */
+    NK_BITWISE_AND, NK_BITWISE_OR, NK_BITWISE_XOR,          /* bool and integers */
+    NK_POW,
+    NK_MAXIMUM, NK_MINIMUM,                                  /* NaN propagates */
+    NK_MASKED_FILL,         /* (a, mask) -> mask ? params.value : a; mask is read as bool */
+    NK_SILU_BACKWARD,       /* (grad, x) */
+    NK_GELU_BACKWARD,       /* (grad, x) */
+    NK_GELU_TANH_BACKWARD,  /* (grad, x) */
+    NK_SIGMOID_BACKWARD,    /* (grad, y) with y = sigmoid(x) */
+    NK_TANH_BACKWARD,       /* (grad, y) with y = tanh(x) */
+    NK_THRESHOLD_BACKWARD,  /* (x, grad) -> x <= params.value ? 0 : grad */
+    NK_BINARY_COUNT
+} nk_binary_op;
+
+typedef enum nk_ternary_op {
+    NK_WHERE = 0,      /* (cond, a, b) -> cond ? a : b; cond is read as bool */
+    NK_CLAMP_TENSOR,   /* (x, lo, hi) -> NaN if any is NaN, else min(max(x, lo), hi) */
+    NK_TERNARY_COUNT
+} nk_ternary_op;
+
+/* NK_INVALID: bad iterator (operand count, dims, dtypes); NK_UNSUPPORTED: the op has no kernel for the
+ * common dtype; NK_DIV_BY_ZERO: integer division by zero (PyTorch raises ZeroDivisionError). Work is
+ * split over nk_parallel_for. */
+#define NK_DIV_BY_ZERO ((nk_status)16)
+nk_status nk_unary(nk_unary_op op, const nk_ew_iter *it, const nk_ew_params *p);
+nk_status nk_binary(nk_binary_op op, const nk_ew_iter *it, const nk_ew_params *p);
+nk_status nk_ternary(nk_ternary_op op, const nk_ew_iter *it, const nk_ew_params *p);
+/* The instruction set the float kernels use: "avx512", "avx2" or "generic". */
+const char *nk_ew_isa(void);
+
 /* ---- reductions, softmax and norms (reduce.c, norm.c) ---------------------------------------------- */
 
 /* ---- attention, indexing and losses (attention.c, index.c) ----------------------------------------- */

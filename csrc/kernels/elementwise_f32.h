@@ -1,0 +1,322 @@
+/*
+ * elementwise_f32.h - the float32 loops of the element-wise ops, written once in plain C and compiled
+ * once per instruction set: elementwise_f32_<isa>.c sets the target (GCC pragma), NK_VM_FMA and
+ * NK_EW_TABLE, then includes this file. The loops are simple enough for GCC to vectorise at that
+ * target; the formulas follow PyTorch's CPU kernels so results agree to rounding.
+ */
+#include "elementwise_internal.h"
+#include "vecmath.h"
+
+#define NK_EW_F(name) nk_ew_f32_##name
+
+/* out[i] = expr(v) */
+#define NK_EW_DEF1(name, expr)                                                                     \
+    static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
+        float *o = (float *)o_;                                                                    \
+        const float *x = (const float *)in[0];                                                     \
+        (void)A;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float v = x[i];                                                                  \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }
+/* out[i] = expr(a, b) with type otype (float, or uint8_t for predicates) */
+#define NK_EW_DEF2(name, otype, expr)                                                              \
+    static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
+        otype *o = (otype *)o_;                                                                    \
+        const float *x = (const float *)in[0], *y = (const float *)in[1];                         \
+        (void)A;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float a = x[i], b = y[i];                                                        \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }
+
+#define NK_SQRT1_2F 0.707106781186547524f
+#define NK_GELU_BETAF 0.797884560802865355f  /* sqrt(2) * 2/sqrt(pi) * 0.5 */
+#define NK_GELU_KAPPAF 0.044715f
+#define NK_GELU_PDFF 0.398942280401432678f   /* 2/sqrt(pi) * sqrt(1/2) * 0.5 */
+
+static inline float nk_ew_gelu_tanh(float x) {
+    const float inner = NK_GELU_BETAF * (x + NK_GELU_KAPPAF * (x * x * x));
+    return 0.5f * x * (1.0f + nk_vm_tanh(inner));
+}
+
+static inline float nk_ew_gelu_tanh_bwd(float dy, float x) {
+    const float x_sq = x * x;
+    const float inner = NK_GELU_BETAF * (x + NK_GELU_KAPPAF * (x_sq * x));
+    const float t = nk_vm_tanh(inner);
+    const float left = 0.5f * x;
+    const float left_derivative = 0.5f * (1.0f + t);
+    const float inner_derivative = NK_GELU_BETAF * (1.0f + 3.0f * NK_GELU_KAPPAF * x_sq);
+    const float right_derivative = left * (1.0f - t * t) * inner_derivative;
+    return dy * (left_derivative + right_derivative);
+}
+
+static inline float nk_ew_gelu_bwd(float dy, float x) {
+    const float cdf = 0.5f * (1.0f + nk_vm_erf(x * NK_SQRT1_2F));
+    const float pdf = NK_GELU_PDFF * nk_vm_exp(x * x * -0.5f);
+    return dy * (cdf + x * pdf);
+}
+
+static inline float nk_ew_silu_bwd(float dy, float x) {
+    const float s = nk_vm_sigmoid(x);
+    return dy * s * (1.0f + x * (1.0f - s));
+}
+
+/* NaN-propagating max/min (std::max order for equal values). */
+static inline float nk_ew_maxf(float a, float b) {
+    float r = a < b ? b : a;
+    r = a != a ? a : r;
+    return b != b ? b : r;
+}
+static inline float nk_ew_minf(float a, float b) {
+    float r = b < a ? b : a;
+    r = a != a ? a : r;
+    return b != b ? b : r;
+}
+
+NK_EW_DEF1(neg, -v)
+NK_EW_DEF1(abs, fabsf(v))
+NK_EW_DEF1(exp, nk_vm_exp(v))
+NK_EW_DEF1(log, nk_vm_log(v))
+NK_EW_DEF1(sqrt, __builtin_sqrtf(v))
+NK_EW_DEF1(rsqrt, 1.0f / __builtin_sqrtf(v))
+NK_EW_DEF1(reciprocal, 1.0f / v)
+NK_EW_DEF1(tanh, nk_vm_tanh(v))
+NK_EW_DEF1(sigmoid, nk_vm_sigmoid(v))
+NK_EW_DEF1(silu, v / (1.0f + nk_vm_exp(-v)))
+NK_EW_DEF1(gelu, v * 0.5f * (1.0f + nk_vm_erf(v * NK_SQRT1_2F)))
+NK_EW_DEF1(gelu_tanh, nk_ew_gelu_tanh(v))
+NK_EW_DEF1(relu, v != v ? v : (v > 0.0f ? v : 0.0f))
+
+/* sin/cos: the vector path covers |x| <= NK_VM_TRIG_MAX; a block with a larger (or non-finite)
+ * value goes through libm element by element. Checked first, so in-place blocks still see x. */
+#define NK_EW_DEF_TRIG(name, vmfn, libfn)                                                          \
+    static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
+        float *o = (float *)o_;                                                                    \
+        const float *x = (const float *)in[0];                                                     \
+        (void)A;                                                                                   \
+        int wide = 0;                                                                              \
+        for (int64_t i = 0; i < n; i++) wide |= !(fabsf(x[i]) <= NK_VM_TRIG_MAX);                  \
+        if (wide) {                                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                const float v = x[i];                                                              \
+                o[i] = fabsf(v) <= NK_VM_TRIG_MAX ? vmfn(v) : libfn(v);                            \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < n; i++) o[i] = vmfn(x[i]);                                     \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }
+NK_EW_DEF_TRIG(sin, nk_vm_sin, sinf)
+NK_EW_DEF_TRIG(cos, nk_vm_cos, cosf)
+
+static int NK_EW_F(clamp)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0];
+    const float lo = A->f32[NK_ARG_LO], hi = A->f32[NK_ARG_HI]; /* -inf / +inf when absent */
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        const float r = v < lo ? lo : v; /* NaN compares false and stays */
+        o[i] = r > hi ? hi : r;
+    }
+    return 0;
+}
+
+/* x ** e: PyTorch's special exponents, else pow in double (std::pow(float, double)). */
+static int NK_EW_F(pow_scalar)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0];
+    const double e = A->f64[NK_ARG_VALUE];
+    if (e == 2.0) {
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
+    } else if (e == 3.0) {
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i] * x[i];
+    } else if (e == -2.0) {
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (x[i] * x[i]);
+    } else if (e == 0.5) {
+        for (int64_t i = 0; i < n; i++) o[i] = __builtin_sqrtf(x[i]);
+    } else if (e == -0.5) {
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / __builtin_sqrtf(x[i]);
+    } else if (e == -1.0) {
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / x[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = (float)pow((double)x[i], e);
+    }
+    return 0;
+}
+
+static int NK_EW_F(logical_not)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    uint8_t *o = (uint8_t *)o_;
+    const float *x = (const float *)in[0];
+    (void)A;
+    for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(x[i] == 0.0f);
+    return 0;
+}
+
+static int NK_EW_F(add)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], *y = (const float *)in[1];
+    const float alpha = A->f32[NK_ARG_ALPHA];
+    if (alpha == 1.0f) {
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
+    } else {
+        /* Not fused, as PyTorch's a + alpha * b. */
+        for (int64_t i = 0; i < n; i++) {
+            const float t = alpha * y[i];
+            o[i] = x[i] + t;
+        }
+    }
+    return 0;
+}
+
+NK_EW_DEF2(mul, float, a * b)
+NK_EW_DEF2(div, float, a / b)
+NK_EW_DEF2(div_trunc, float, truncf(a / b))
+NK_EW_DEF2(eq, uint8_t, (uint8_t)(a == b))
+NK_EW_DEF2(ne, uint8_t, (uint8_t)(a != b))
+NK_EW_DEF2(lt, uint8_t, (uint8_t)(a < b))
+NK_EW_DEF2(le, uint8_t, (uint8_t)(a <= b))
+NK_EW_DEF2(gt, uint8_t, (uint8_t)(a > b))
+NK_EW_DEF2(ge, uint8_t, (uint8_t)(a >= b))
+NK_EW_DEF2(logical_and, uint8_t, (uint8_t)((a != 0.0f) & (b != 0.0f)))
+NK_EW_DEF2(logical_or, uint8_t, (uint8_t)((a != 0.0f) | (b != 0.0f)))
+NK_EW_DEF2(logical_xor, uint8_t, (uint8_t)((a != 0.0f) ^ (b != 0.0f)))
+NK_EW_DEF2(pow, float, powf(a, b))
+NK_EW_DEF2(maximum, float, nk_ew_maxf(a, b))
+NK_EW_DEF2(minimum, float, nk_ew_minf(a, b))
+NK_EW_DEF2(silu_backward, float, nk_ew_silu_bwd(a, b))
+NK_EW_DEF2(gelu_backward, float, nk_ew_gelu_bwd(a, b))
+NK_EW_DEF2(gelu_tanh_backward, float, nk_ew_gelu_tanh_bwd(a, b))
+NK_EW_DEF2(sigmoid_backward, float, a * (1.0f - b) * b)
+NK_EW_DEF2(tanh_backward, float, a * (1.0f - b * b))
+
+/* Python's floor division (c10::div_floor_floating): fmod-based, so it is exact. */
+static int NK_EW_F(div_floor)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], *y = (const float *)in[1];
+    (void)A;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = x[i], b = y[i];
+        if (b == 0.0f) {
+            o[i] = a / b;
+            continue;
+        }
+        const float mod = fmodf(a, b);
+        float div = (a - mod) / b;
+        if (mod != 0.0f && (b < 0.0f) != (mod < 0.0f)) div -= 1.0f;
+        float r;
+        if (div != 0.0f) {
+            r = floorf(div);
+            if (div - r > 0.5f) r += 1.0f;
+        } else {
+            r = copysignf(0.0f, a / b);
+        }
+        o[i] = r;
+    }
+    return 0;
+}
+
+static int NK_EW_F(masked_fill)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0];
+    const uint8_t *m = (const uint8_t *)in[1];
+    const float v = A->f32[NK_ARG_VALUE];
+    for (int64_t i = 0; i < n; i++) o[i] = m[i] ? v : x[i];
+    return 0;
+}
+
+static int NK_EW_F(threshold_backward)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], *g = (const float *)in[1];
+    const float t = A->f32[NK_ARG_VALUE];
+    for (int64_t i = 0; i < n; i++) o[i] = x[i] <= t ? 0.0f : g[i];
+    return 0;
+}
+
+static int NK_EW_F(where)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const uint8_t *c = (const uint8_t *)in[0];
+    const float *x = (const float *)in[1], *y = (const float *)in[2];
+    (void)A;
+    for (int64_t i = 0; i < n; i++) o[i] = c[i] ? x[i] : y[i];
+    return 0;
+}
+
+static int NK_EW_F(clamp_tensor)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], *l = (const float *)in[1], *h = (const float *)in[2];
+    (void)A;
+    for (int64_t i = 0; i < n; i++) o[i] = nk_ew_minf(nk_ew_maxf(x[i], l[i]), h[i]);
+    return 0;
+}
+
+static void NK_EW_F(from_bf16)(float *d, const uint16_t *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = nk_bf16_to_f32(s[i]);
+}
+static void NK_EW_F(to_bf16)(uint16_t *d, const float *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = nk_f32_to_bf16(s[i]);
+}
+static void NK_EW_F(from_f16)(float *d, const uint16_t *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = nk_f16_to_f32(s[i]);
+}
+static void NK_EW_F(to_f16)(uint16_t *d, const float *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = nk_f32_to_f16(s[i]);
+}
+
+const nk_ew_f32_table NK_EW_TABLE = {
+    .isa = NK_EW_ISA_NAME,
+    .fn = {
+        [NK_EW_UNARY(NK_NEG)] = NK_EW_F(neg),
+        [NK_EW_UNARY(NK_ABS)] = NK_EW_F(abs),
+        [NK_EW_UNARY(NK_EXP)] = NK_EW_F(exp),
+        [NK_EW_UNARY(NK_LOG)] = NK_EW_F(log),
+        [NK_EW_UNARY(NK_SQRT)] = NK_EW_F(sqrt),
+        [NK_EW_UNARY(NK_RSQRT)] = NK_EW_F(rsqrt),
+        [NK_EW_UNARY(NK_RECIPROCAL)] = NK_EW_F(reciprocal),
+        [NK_EW_UNARY(NK_SIN)] = NK_EW_F(sin),
+        [NK_EW_UNARY(NK_COS)] = NK_EW_F(cos),
+        [NK_EW_UNARY(NK_TANH)] = NK_EW_F(tanh),
+        [NK_EW_UNARY(NK_SIGMOID)] = NK_EW_F(sigmoid),
+        [NK_EW_UNARY(NK_SILU)] = NK_EW_F(silu),
+        [NK_EW_UNARY(NK_GELU)] = NK_EW_F(gelu),
+        [NK_EW_UNARY(NK_GELU_TANH)] = NK_EW_F(gelu_tanh),
+        [NK_EW_UNARY(NK_RELU)] = NK_EW_F(relu),
+        [NK_EW_UNARY(NK_CLAMP)] = NK_EW_F(clamp),
+        [NK_EW_UNARY(NK_POW_SCALAR)] = NK_EW_F(pow_scalar),
+        [NK_EW_UNARY(NK_LOGICAL_NOT)] = NK_EW_F(logical_not),
+        [NK_EW_BINARY(NK_ADD)] = NK_EW_F(add),
+        [NK_EW_BINARY(NK_MUL)] = NK_EW_F(mul),
+        [NK_EW_BINARY(NK_DIV)] = NK_EW_F(div),
+        [NK_EW_BINARY(NK_DIV_TRUNC)] = NK_EW_F(div_trunc),
+        [NK_EW_BINARY(NK_DIV_FLOOR)] = NK_EW_F(div_floor),
+        [NK_EW_BINARY(NK_EQ)] = NK_EW_F(eq),
+        [NK_EW_BINARY(NK_NE)] = NK_EW_F(ne),
+        [NK_EW_BINARY(NK_LT)] = NK_EW_F(lt),
+        [NK_EW_BINARY(NK_LE)] = NK_EW_F(le),
+        [NK_EW_BINARY(NK_GT)] = NK_EW_F(gt),
+        [NK_EW_BINARY(NK_GE)] = NK_EW_F(ge),
+        [NK_EW_BINARY(NK_LOGICAL_AND)] = NK_EW_F(logical_and),
+        [NK_EW_BINARY(NK_LOGICAL_OR)] = NK_EW_F(logical_or),
+        [NK_EW_BINARY(NK_LOGICAL_XOR)] = NK_EW_F(logical_xor),
+        [NK_EW_BINARY(NK_POW)] = NK_EW_F(pow),
+        [NK_EW_BINARY(NK_MAXIMUM)] = NK_EW_F(maximum),
+        [NK_EW_BINARY(NK_MINIMUM)] = NK_EW_F(minimum),
+        [NK_EW_BINARY(NK_MASKED_FILL)] = NK_EW_F(masked_fill),
+        [NK_EW_BINARY(NK_SILU_BACKWARD)] = NK_EW_F(silu_backward),
+        [NK_EW_BINARY(NK_GELU_BACKWARD)] = NK_EW_F(gelu_backward),
+        [NK_EW_BINARY(NK_GELU_TANH_BACKWARD)] = NK_EW_F(gelu_tanh_backward),
+        [NK_EW_BINARY(NK_SIGMOID_BACKWARD)] = NK_EW_F(sigmoid_backward),
+        [NK_EW_BINARY(NK_TANH_BACKWARD)] = NK_EW_F(tanh_backward),
+        [NK_EW_BINARY(NK_THRESHOLD_BACKWARD)] = NK_EW_F(threshold_backward),
+        [NK_EW_TERNARY(NK_WHERE)] = NK_EW_F(where),
+        [NK_EW_TERNARY(NK_CLAMP_TENSOR)] = NK_EW_F(clamp_tensor),
+    },
+    .from_bf16 = NK_EW_F(from_bf16),
+    .to_bf16 = NK_EW_F(to_bf16),
+    .from_f16 = NK_EW_F(from_f16),
+    .to_f16 = NK_EW_F(to_f16),
+};
