@@ -400,6 +400,12 @@ NEURON_BINARY_OUT(neuron_sigmoid_backward_out, "sigmoid_backward.grad_input", st
 NEURON_BINARY_OUT(neuron_tanh_backward_out, "tanh_backward.grad_input", structured_tanh_backward, NK_TANH_BACKWARD,
                   at::tanh_backward_out)
 
+// The functional silu_backward has a math decomposition for backends without a kernel; ours is fused.
+at::Tensor neuron_silu_backward(const at::Tensor& grad, const at::Tensor& self) {
+  at::Tensor out = at::empty({0}, grad.options().dtype(at::result_type(grad, self)));
+  return neuron_silu_backward_out(grad, self, out);
+}
+
 at::Tensor& neuron_pow_tensor_tensor_out(const at::Tensor& self, const at::Tensor& exponent, at::Tensor& out) {
   NEURON_NATIVE("aten::pow.Tensor_Tensor_out");
   OutOp<at::meta::structured_pow_Tensor_Tensor> op(out);
@@ -712,6 +718,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("pow.Tensor_Tensor_out", neuron_pow_tensor_tensor_out);
   m.impl("pow.Scalar_out", neuron_pow_scalar_out);
   m.impl("silu_backward.grad_input", neuron_silu_backward_out);
+  m.impl("silu_backward", neuron_silu_backward);
   m.impl("gelu_backward.grad_input", neuron_gelu_backward_out);
   m.impl("sigmoid_backward.grad_input", neuron_sigmoid_backward_out);
   m.impl("tanh_backward.grad_input", neuron_tanh_backward_out);

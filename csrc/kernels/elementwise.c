@@ -134,7 +134,7 @@ static int nk_ew_f64_logical_not(void *o_, const void *const *in, int64_t n, con
     for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(x[i] == 0.0);
     return 0;
 }
-NK_EW_D2(add, double, a + A->f64[NK_ARG_ALPHA] * b)
+NK_EW_D2(add, double, fma(A->f64[NK_ARG_ALPHA], b, a))
 NK_EW_D2(mul, double, a * b)
 NK_EW_D2(div, double, a / b)
 NK_EW_D2(div_trunc, double, trunc(a / b))
@@ -385,7 +385,6 @@ typedef struct nk_ew_ctx {
     nk_ew_trait tr;
     int nin_ops;       /* inputs present in the iterator */
     bool scalar_b;     /* binary op without operand b: b = args value */
-    bool round_alpha;  /* reduced-precision add with alpha != 1 */
     atomic_int failed;
 } nk_ew_ctx;
 
@@ -393,7 +392,6 @@ typedef struct nk_ew_bufs {
     _Alignas(64) unsigned char in[3][NK_EW_BLOCK * 8];
     _Alignas(64) unsigned char out[NK_EW_BLOCK * 8];
     _Alignas(64) unsigned char tmp[NK_EW_BLOCK * 8];
-    _Alignas(64) unsigned char scaled[NK_EW_BLOCK * 4];
 } nk_ew_bufs;
 
 static void nk_ew_to_cdt(const nk_ew_ctx *c, void *dst, nk_dtype dt, const char *src, int64_t se, int64_t m) {
@@ -443,22 +441,11 @@ static void nk_ew_store(const nk_ew_ctx *c, char *p, int64_t sb, const void *res
     }
 }
 
-/* t[i] = round_to_common(alpha * b[i]) for the reduced-precision add. */
-static void nk_ew_scaled_rounded(const nk_ew_ctx *c, float *t, const float *b, int64_t m) {
-    const float alpha = c->args.f32[NK_ARG_ALPHA];
-    if (c->common == NK_BF16)
-        for (int64_t i = 0; i < m; i++) t[i] = nk_bf16_to_f32(nk_f32_to_bf16(alpha * b[i]));
-    else
-        for (int64_t i = 0; i < m; i++) t[i] = nk_f16_to_f32(nk_f32_to_f16(alpha * b[i]));
-}
-
 static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int64_t sb[], int64_t n) {
     const nk_ew_iter *it = c->it;
     const nk_dtype od = it->dtype[0];
     const int64_t osz = (int64_t)nk_dtype_size(od);
     const bool direct_out = sb[0] == osz && (c->tr.pred ? od == NK_BOOL : (od == c->cdt && od == c->common));
-    nk_ew_args one_alpha = c->args;
-    one_alpha.f32[NK_ARG_ALPHA] = 1.0f;
     const void *in[3] = {NULL, NULL, NULL};
     if (c->scalar_b) in[1] = B->in[1]; /* filled once per chunk */
     for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
@@ -469,16 +456,9 @@ static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int6
             const int64_t mm = sb[k] == 0 ? (n < NK_EW_BLOCK ? n : NK_EW_BLOCK) : m;
             in[k - 1] = nk_ew_load(c, k, ptr[k] + off * sb[k], sb[k], mm, B->in[k - 1], B->tmp);
         }
-        const void *use[3] = {in[0], in[1], in[2]};
-        const nk_ew_args *args = &c->args;
-        if (c->round_alpha) {
-            nk_ew_scaled_rounded(c, (float *)B->scaled, (const float *)in[1], m);
-            use[1] = B->scaled;
-            args = &one_alpha;
-        }
         char *op = ptr[0] + off * sb[0];
         void *res = direct_out ? (void *)op : (void *)B->out;
-        if (c->fn(res, use, m, args) != 0) {
+        if (c->fn(res, in, m, &c->args) != 0) {
             atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
             return;
         }
@@ -607,16 +587,7 @@ static nk_status nk_ew_run(int op, const nk_ew_iter *it, const nk_ew_params *p, 
         c.args.f64[NK_ARG_HI] = INFINITY;
         c.args.i64[NK_ARG_HI] = INT64_MAX;
     }
-    c.round_alpha = op == B(NK_ADD) && (c.common == NK_BF16 || c.common == NK_F16) &&
-                    c.args.f32[NK_ARG_ALPHA] != 1.0f;
-    if (c.round_alpha && c.scalar_b) {
-        /* A constant b: scale and round it once. */
-        float t = c.args.f32[NK_ARG_ALPHA] * c.args.f32[NK_ARG_VALUE];
-        t = c.common == NK_BF16 ? nk_bf16_to_f32(nk_f32_to_bf16(t)) : nk_f16_to_f32(nk_f32_to_f16(t));
-        c.args.f32[NK_ARG_VALUE] = t;
-        c.args.f32[NK_ARG_ALPHA] = 1.0f;
-        c.round_alpha = false;
-    }
+    c.args.reduced = (c.common == NK_BF16 || c.common == NK_F16) ? (int32_t)c.common : -1;
     atomic_init(&c.failed, 0);
 
     /* ~32K elements per chunk: below that a thread hand-off costs more than it saves. */

@@ -164,18 +164,27 @@ static int NK_EW_F(add)(void *o_, const void *const *in, int64_t n, const nk_ew_
     if (alpha == 1.0f) {
         for (int64_t i = 0; i < n; i++) o[i] = x[i] + y[i];
     } else {
-        /* Not fused, as PyTorch's a + alpha * b. */
-        for (int64_t i = 0; i < n; i++) {
-            const float t = alpha * y[i];
-            o[i] = x[i] + t;
-        }
+        /* Fused, as PyTorch's CPU kernel (fmadd), also for bfloat16/float16 (rounded once after). */
+        for (int64_t i = 0; i < n; i++) o[i] = __builtin_fmaf(alpha, y[i], x[i]);
     }
     return 0;
 }
 
 NK_EW_DEF2(mul, float, a * b)
 NK_EW_DEF2(div, float, a / b)
-NK_EW_DEF2(div_trunc, float, truncf(a / b))
+/* For bfloat16/float16 PyTorch rounds the quotient to that type before truncating. */
+static int NK_EW_F(div_trunc)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], *y = (const float *)in[1];
+    if (A->reduced == NK_BF16) {
+        for (int64_t i = 0; i < n; i++) o[i] = truncf(nk_bf16_to_f32(nk_f32_to_bf16(x[i] / y[i])));
+    } else if (A->reduced == NK_F16) {
+        for (int64_t i = 0; i < n; i++) o[i] = truncf(nk_f16_to_f32(nk_f32_to_f16(x[i] / y[i])));
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = truncf(x[i] / y[i]);
+    }
+    return 0;
+}
 NK_EW_DEF2(eq, uint8_t, (uint8_t)(a == b))
 NK_EW_DEF2(ne, uint8_t, (uint8_t)(a != b))
 NK_EW_DEF2(lt, uint8_t, (uint8_t)(a < b))

@@ -16,6 +16,7 @@ typedef struct nk_ew_args {
     float f32[NK_ARG_COUNT];
     double f64[NK_ARG_COUNT];
     int64_t i64[NK_ARG_COUNT];
+    int32_t reduced; /* NK_BF16 / NK_F16 when that is the common dtype (for ops that round inside), else -1 */
 } nk_ew_args;
 
 /* out[i] = op(in[0][i], in[1][i], ...) for i < n; returns 0, or 1 for an integer division by zero. */

@@ -122,8 +122,7 @@ typedef struct nk_ew_iter {
  * kernel only widens them to the compute type.
  */
 typedef struct nk_ew_params {
-    nk_scalar alpha;   /* NK_ADD: a + alpha * b (for a float16/bfloat16 common dtype alpha * b is rounded
-                          to it first, as PyTorch's reduced-precision arithmetic does) */
+    nk_scalar alpha;   /* NK_ADD: a + alpha * b, fused as PyTorch's CPU kernel */
     nk_scalar value;   /* b of a binary op given without operand b (nops == 2); pow exponent; fill value
                           of NK_MASKED_FILL; threshold of NK_THRESHOLD_BACKWARD */
     nk_scalar lo, hi;  /* NK_CLAMP bounds, used when has_lo / has_hi */

@@ -290,14 +290,12 @@ static void run_binary(nk_binary_op op, nk_dtype at, nk_dtype bt, nk_dtype od, n
             av = load(tmp, common, 0);
             store(tmp, common, 0, bv);
             bv = load(tmp, common, 0);
-            double al = alpha;
-            if (op == NK_ADD && alpha != 1 && (common == NK_BF16 || common == NK_F16)) {
-                /* PyTorch rounds alpha * b to the reduced dtype before the add. */
-                store(tmp, common, 0, alpha * bv);
-                bv = load(tmp, common, 0);
-                al = 1;
+            double want = ref_binary(op, av, bv, alpha);
+            if (op == NK_DIV_TRUNC && (common == NK_BF16 || common == NK_F16)) {
+                /* PyTorch rounds the quotient to the reduced dtype before truncating. */
+                store(tmp, common, 0, av / bv);
+                want = trunc(load(tmp, common, 0));
             }
-            double want = ref_binary(op, av, bv, al);
             if (!pred) {
                 store(tmp, common, 0, want);
                 want = load(tmp, common, 0);

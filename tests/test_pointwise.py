@@ -1,0 +1,373 @@
+"""Element-wise ops on neuron against PyTorch CPU: every registered overload, odd shapes, non-contiguous
+inputs, broadcasting, 0-size, type promotion, scalars, in-place, out=, NaN/inf and autograd."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+N = "neuron"
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
+
+
+def make(shape, dtype, lo=-4.0, hi=4.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=g) > 0.5
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+    lo_i = 0 if dtype == torch.uint8 else int(lo * 10)
+    return torch.randint(lo_i, int(hi * 10) + 1, shape, generator=g, dtype=dtype)
+
+
+def layouts(shape, dtype, **kw):
+    """A contiguous tensor, a transposed view and a strided slice with the same values' shape."""
+    x = make(shape, dtype, **kw)
+    yield x
+    yield make(shape[::-1], dtype, **kw).t() if len(shape) == 2 else x
+    big = make((shape[0], shape[1] * 2) if len(shape) == 2 else (shape[0] * 2,), dtype, **kw)
+    yield big[:, ::2] if len(shape) == 2 else big[::2]
+
+
+def check(fn, *cpu_args, atol=None, rtol=None, **kw):
+    want = fn(*cpu_args, **kw)
+    dev = [a.to(N) if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    dkw = {k: v.to(N) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    got = fn(*dev, **dkw)
+    assert got.device.type == N
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if atol is None:
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+    else:
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True, atol=atol, rtol=rtol)
+
+
+def assert_native(*ops):
+    counts = torch_neuronx.op_counts()
+    for op in ops:
+        assert counts.get(op, {}).get("native", 0) > 0, (op, counts.get(op))
+        assert counts.get(op, {}).get("fallback", 0) == 0, (op, counts.get(op))
+
+
+UNARY = {
+    "neg": (torch.neg, -4, 4),
+    "abs": (torch.abs, -4, 4),
+    "exp": (torch.exp, -20, 20),
+    "log": (torch.log, 1e-3, 100),
+    "sqrt": (torch.sqrt, 0, 100),
+    "rsqrt": (torch.rsqrt, 1e-2, 100),
+    "reciprocal": (torch.reciprocal, 0.1, 10),
+    "sin": (torch.sin, -10, 10),
+    "cos": (torch.cos, -10, 10),
+    "tanh": (torch.tanh, -6, 6),
+    "sigmoid": (torch.sigmoid, -20, 20),
+    "silu": (F.silu, -20, 20),
+    "gelu": (F.gelu, -6, 6),
+    "gelu_tanh": (lambda x: F.gelu(x, approximate="tanh"), -6, 6),
+    "relu": (torch.relu, -4, 4),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_float(name, dtype):
+    fn, lo, hi = UNARY[name]
+    torch_neuronx.reset_op_counts()
+    for x in layouts((37, 53), dtype, lo=lo, hi=hi):
+        check(fn, x)
+    check(fn, make((0, 5), dtype))
+    check(fn, make((), dtype, lo=max(lo, 0.5), hi=hi))
+    reg = {"relu": "aten::relu", "gelu_tanh": "aten::gelu.out"}.get(name, f"aten::{name}.out")
+    assert_native(reg)
+
+
+def test_unary_specials():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30, 88.0, 89.0, -104.0, 1e5, -3e4])
+    for name, (fn, _, _) in UNARY.items():
+        # PyTorch's CPU gelu (oneDNN) returns NaN for +inf, where x * Phi(x) is +inf; ours gives inf.
+        check(fn, x[x != float("inf")] if name == "gelu" else x)
+    check(torch.exp, torch.linspace(-100, 100, 10001))
+    check(torch.log, torch.logspace(-44, 38, 5001))
+    check(torch.tanh, torch.linspace(-1, 1, 4001))
+    check(torch.sin, torch.linspace(-20000, 20000, 7777))
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_unary_int(dtype):
+    torch_neuronx.reset_op_counts()
+    x = make((31, 17), dtype)
+    check(torch.neg, x) if dtype != torch.uint8 else None
+    check(torch.abs, x)
+    check(torch.relu, x)
+    check(torch.bitwise_not, x)
+    check(torch.logical_not, x)
+    check(torch.exp, x)  # promoted to float
+    check(torch.sqrt, x.abs())
+    check(torch.clamp, x, -5, 7)
+    check(torch.pow, x, 2)
+    check(torch.pow, x, 3)
+    assert_native("aten::abs.out", "aten::bitwise_not.out", "aten::logical_not.out", "aten::exp.out",
+                  "aten::clamp.out", "aten::pow.Tensor_Scalar_out")
+
+
+def test_bool_ops():
+    a, b = make((9, 13), torch.bool, seed=1), make((9, 13), torch.bool, seed=2)
+    for fn in (torch.logical_and, torch.logical_or, torch.logical_xor, torch.bitwise_and, torch.bitwise_or,
+               torch.bitwise_xor, torch.add, torch.mul, torch.eq, torch.ne, torch.lt):
+        check(fn, a, b)
+    check(torch.bitwise_not, a)
+    check(torch.logical_not, a)
+    with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+        torch.relu(a.to(N))
+    with pytest.raises(RuntimeError):
+        torch.sub(a.to(N), b.to(N))
+
+
+BINARY = {
+    "add": torch.add,
+    "sub": torch.sub,
+    "mul": torch.mul,
+    "div": torch.div,
+    "div_trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "div_floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "logical_and": torch.logical_and, "logical_or": torch.logical_or, "logical_xor": torch.logical_xor,
+    "maximum_clamp_min": lambda a, b: torch.clamp_min(a, b),
+    "minimum_clamp_max": lambda a, b: torch.clamp_max(a, b),
+    "pow": torch.pow,
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int32, torch.int64, torch.int8])
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary(name, dtype):
+    fn = BINARY[name]
+    if name.startswith("div_") and not dtype.is_floating_point:
+        lo = 1  # no zero divisors for integers
+    else:
+        lo = -4
+    if name == "pow":
+        a_lo, b_lo, b_hi = (0.1, -2, 3) if dtype.is_floating_point else (-3, 0, 0.3)
+    else:
+        a_lo, b_lo, b_hi = -4, lo, 4
+    for a in layouts((23, 41), dtype, lo=a_lo, hi=4):
+        b = make((23, 41), dtype, lo=b_lo, hi=b_hi, seed=3)
+        if name.startswith("div_") and not dtype.is_floating_point:
+            b = torch.where(b == 0, torch.ones_like(b), b)
+        check(fn, a, b)
+        check(fn, a, b[0])  # broadcast a row
+        check(fn, a[:, :1], b)  # broadcast a column
+    check(fn, make((0, 3), dtype), make((0, 3), dtype))
+
+
+def test_alpha_and_scalars():
+    for dtype in FLOATS + [torch.int32, torch.int64]:
+        a, b = make((17, 29), dtype), make((17, 29), dtype, seed=5)
+        # Fused a + alpha * b like the CPU kernel; float16 may still differ by one rounding step.
+        tol = dict(atol=1e-3, rtol=2e-3) if dtype == torch.float16 else {}
+        check(torch.add, a, b, alpha=3, **tol)
+        check(torch.sub, a, b, alpha=2, **tol)
+        check(lambda x: x + 1, a)
+        check(lambda x: 2 - x, a)
+        check(lambda x: x * 0.5, a)
+        check(lambda x: x / 3, a)
+        check(lambda x: x < 1, a)
+        check(lambda x: x == 1, a)
+        check(lambda x: x ** 2, a)
+        check(lambda x: 2 ** x, a.clamp(-3, 3))
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a, b = make((17, 29), dtype), make((17, 29), dtype, seed=5)
+        check(torch.add, a, b, alpha=0.37, **(dict(atol=1e-3, rtol=2e-3) if dtype == torch.float16 else {}))
+        check(lambda x: x ** 0.5, a.abs())
+        check(lambda x: x ** -0.5, a.abs() + 0.1)
+        check(lambda x: x ** -1, a.abs() + 0.1)
+        check(lambda x: x ** -2, a.abs() + 0.1)
+        check(lambda x: x ** 1.7, a.abs())
+        check(lambda x: x ** 0, a)
+        check(lambda x: x ** 1, a)
+
+
+def test_type_promotion():
+    i = make((13, 7), torch.int32)
+    f = make((13, 7), torch.float32)
+    bf = make((13, 7), torch.bfloat16)
+    h = make((7,), torch.float16)
+    for fn in (torch.add, torch.mul, torch.div, torch.sub, torch.lt, torch.maximum if False else torch.clamp_min):
+        check(fn, i, f)
+        check(fn, bf, f)
+        check(fn, bf, h)
+        check(fn, i, bf)
+    # CPU 0-dim tensors mixed with neuron tensors, as with CUDA.
+    for s in (torch.tensor(2.5), torch.tensor(3), torch.tensor(0.1, dtype=torch.float64)):
+        for x in (f, bf, i):
+            want = x * s
+            got = x.to(N) * s
+            torch.testing.assert_close(got.cpu(), want)
+            torch.testing.assert_close((x.to(N) + s).cpu(), x + s)
+            torch.testing.assert_close((x.to(N) / s).cpu(), x / s)
+    # Non-scalar CPU tensors are still rejected.
+    with pytest.raises(RuntimeError):
+        f.to(N) + f
+
+
+def test_inplace_and_out():
+    torch_neuronx.reset_op_counts()
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        a, b = make((19, 33), dtype), make((33,), dtype, seed=7)
+        for op in ("add_", "sub_", "mul_", "clamp_min_"):
+            x, y = a.clone(), a.to(N)
+            getattr(x, op)(b)
+            getattr(y, op)(b.to(N))
+            torch.testing.assert_close(y.cpu(), x)
+        # In place on a non-contiguous view.
+        x, y = a.clone(), a.to(N)
+        x.t()[::2].mul_(3)
+        y.t()[::2].mul_(3)
+        torch.testing.assert_close(y.cpu(), x)
+    for fn in (torch.sigmoid_, torch.tanh_, torch.exp_, torch.relu_, torch.sqrt_, torch.rsqrt_, torch.neg_,
+               torch.reciprocal_):
+        x = make((11, 13), torch.float32, lo=0.1, hi=3)
+        y = x.to(N)
+        fn(x)
+        fn(y)
+        torch.testing.assert_close(y.cpu(), x)
+    x = make((11, 13), torch.float32)
+    y = x.to(N)
+    F.silu(x, inplace=True)
+    F.silu(y, inplace=True)
+    torch.testing.assert_close(y.cpu(), x)
+    # out= with resize, with a non-contiguous out, with a wider dtype, and a predicate into float.
+    a, b = make((5, 6), torch.float32), make((5, 6), torch.float32, seed=2)
+    out = torch.empty(0, device=N)
+    torch.add(a.to(N), b.to(N), out=out)
+    torch.testing.assert_close(out.cpu(), a + b)
+    out = torch.empty(6, 5, device=N).t()
+    torch.mul(a.to(N), b.to(N), out=out)
+    torch.testing.assert_close(out.cpu(), a * b)
+    out64 = torch.empty(5, 6, dtype=torch.float64, device=N)
+    torch.add(a.to(N), b.to(N), out=out64)
+    torch.testing.assert_close(out64.cpu(), torch.add(a, b, out=torch.empty(5, 6, dtype=torch.float64)))
+    outf = torch.empty(5, 6, device=N)
+    torch.lt(a.to(N), b.to(N), out=outf)
+    torch.testing.assert_close(outf.cpu(), (a < b).float())
+    with pytest.raises(RuntimeError):
+        torch.add(a.to(N), b.to(N), out=torch.empty(5, 6, dtype=torch.int32, device=N))
+    with pytest.raises(RuntimeError, match="size"):
+        a.to(N) + make((4, 6), torch.float32).to(N)
+    assert_native("aten::add.out", "aten::mul.out", "aten::sigmoid.out", "aten::lt.Tensor_out")
+
+
+def test_int_division():
+    a = torch.tensor([7, -7, 7, -7, 0, 5], dtype=torch.int32)
+    b = torch.tensor([2, 2, -2, -2, 3, -1], dtype=torch.int32)
+    for mode in ("trunc", "floor"):
+        check(torch.div, a, b, rounding_mode=mode)
+    check(torch.div, a, b)  # true division promotes to float
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.div(a.to(N), torch.zeros_like(b).to(N), rounding_mode="floor")
+    f = torch.tensor([7.5, -7.5, 1.0, -1.0, 0.0, float("inf")])
+    g = torch.tensor([2.0, 2.0, 0.0, 0.0, -3.0, 2.0])
+    for mode in ("trunc", "floor", None):
+        check(torch.div, f, g, rounding_mode=mode)
+
+
+def test_nan_inf_propagation():
+    x = torch.tensor([float("nan"), 1.0, float("inf"), -float("inf"), 0.0, -2.0])
+    y = torch.tensor([0.0, float("nan"), float("inf"), 1.0, 0.0, float("nan")])
+    for fn in (torch.add, torch.mul, torch.div, torch.maximum if False else torch.clamp_min, torch.clamp_max,
+               torch.eq, torch.ne, torch.lt, torch.ge, torch.logical_and, torch.pow):
+        check(fn, x, y)
+    check(torch.clamp, x, -1.0, 1.0)
+    check(torch.clamp, x, min=float("nan"))
+    check(torch.clamp, x, y, x.abs())
+    check(torch.where, x > 0, x, y)
+
+
+def test_where_masked_fill_clamp():
+    torch_neuronx.reset_op_counts()
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
+        c = make((21, 35), torch.bool, seed=4)
+        a, b = make((21, 35), dtype, seed=5), make((35,), dtype, seed=6)
+        check(torch.where, c, a, b)
+        check(torch.where, c[:, :1], a.t().contiguous().t(), b)
+        check(torch.where, c, a, 0 if dtype != torch.bool else True)
+        x, y = a.clone(), a.to(N)
+        val = 1 if dtype != torch.bool else True
+        x.masked_fill_(c[0], val)
+        y.masked_fill_(c[0].to(N), val)
+        torch.testing.assert_close(y.cpu(), x)
+        check(lambda t, m: t.masked_fill(m, torch.tensor(val)), a, c)
+    a = make((21, 35), torch.float32)
+    check(torch.where, a > 0, a, torch.tensor(2.0))  # CPU scalar operand
+    check(torch.where, a > 0, a.double(), a)  # promotion
+    check(torch.clamp, a, -1, 2)
+    check(torch.clamp, a, min=-1)
+    check(torch.clamp, a, max=0.5)
+    check(torch.clamp, a, a[0] - 1, a[0] + 1)
+    check(torch.clamp, a, min=a[0])
+    check(torch.clamp, a, max=a[:, :1])
+    check(torch.clamp_min, a, a[0])
+    check(torch.clamp_max, a, a[:, :1])
+    check(torch.clamp, a.bfloat16(), -1, 1)
+    check(torch.clamp, a, 2, -1)  # min > max gives max
+    with pytest.raises(RuntimeError, match="masked_fill_ only supports boolean masks"):
+        a.to(N).masked_fill_(torch.ones(21, 35, dtype=torch.uint8, device=N), 1.0)
+    with pytest.raises(RuntimeError, match="0-dimensional value tensor"):
+        a.to(N).masked_fill_(a.to(N) > 0, torch.ones(2, device=N))
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
+        torch.clamp(a.to(N))
+    assert_native("aten::where.self", "aten::masked_fill_.Scalar", "aten::masked_fill_.Tensor",
+                  "aten::clamp.out", "aten::clamp.Tensor_out", "aten::clamp_min.Tensor_out",
+                  "aten::clamp_max.Tensor_out")
+
+
+def test_large_parallel():
+    # Several chunks of the thread pool, odd length.
+    a = make((1_000_003,), torch.float32, seed=11)
+    b = make((1_000_003,), torch.bfloat16, seed=12)
+    check(torch.add, a, b)
+    check(F.silu, b)
+    check(torch.mul, a[:999919].view(1009, 991)[:, 1:], a[:999919].view(1009, 991)[:, :-1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_backward_ops(dtype):
+    torch_neuronx.reset_op_counts()
+    x = make((29, 31), dtype, lo=-5, hi=5)
+    g = make((29, 31), dtype, seed=9)
+    y = torch.sigmoid(x)
+    check(torch.ops.aten.silu_backward, g, x)
+    check(torch.ops.aten.gelu_backward, g, x)
+    check(lambda a, b: torch.ops.aten.gelu_backward(a, b, approximate="tanh"), g, x)
+    check(torch.ops.aten.sigmoid_backward, g, y)
+    check(torch.ops.aten.tanh_backward, g, torch.tanh(x))
+    check(torch.ops.aten.threshold_backward, g, x, 0.5)
+    assert_native("aten::silu_backward.grad_input", "aten::gelu_backward.grad_input",
+                  "aten::sigmoid_backward.grad_input", "aten::tanh_backward.grad_input",
+                  "aten::threshold_backward.grad_input")
+
+
+@pytest.mark.parametrize("name", ["silu", "gelu", "gelu_tanh", "sigmoid", "tanh", "relu"])
+def test_autograd(name):
+    fn = UNARY[name][0]
+    x = make((17, 23), torch.float32, lo=-5, hi=5)
+    g = make((17, 23), torch.float32, seed=3)
+    xc = x.clone().requires_grad_()
+    fn(xc).backward(g)
+    xn = x.to(N).requires_grad_()
+    fn(xn).backward(g.to(N))
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad)
+
+
+def test_unsupported_dtype_falls_back():
+    # complex and uint32 have no kernels: results still equal CPU.
+    z = torch.randn(5, 7, dtype=torch.complex64)
+    check(torch.add, z, z)
+    check(torch.mul, z, z)
+    check(torch.exp, z)
+    u = torch.randint(0, 1000, (5, 7), dtype=torch.int64).to(torch.uint32)
+    check(torch.eq, u, u)
