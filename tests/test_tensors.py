@@ -194,16 +194,17 @@ def test_module_to_round_trip_keeps_parameters():
 def test_op_counters_and_disabled_fallback(python):
     torch_neuronx.reset_op_counts()
     a = torch.ones(3, device="neuron")
-    (a + a).cpu()
+    torch.atan2(a, a).cpu()
     counts = torch_neuronx.op_counts()
     assert counts["aten::empty.memory_format"]["native"] >= 1
     # structured ops reach the fallback through their out= variant, with the output already on neuron
-    assert counts["aten::add.out"]["fallback"] == 1
-    assert "aten::add.out" in torch_neuronx.fallback_ops()
-    r = python("import torch\na = torch.ones(3, device='neuron')\nb = a.cpu()\nprint('native ok')\na + a",
-               env={"TORCH_NEURONX_DISABLE_FALLBACK": "1"})
+    # (atan2 has no native kernel)
+    assert counts["aten::atan2.out"]["fallback"] == 1
+    assert "aten::atan2.out" in torch_neuronx.fallback_ops()
+    r = python("import torch\na = torch.ones(3, device='neuron')\nb = (a + a).cpu()\nprint('native ok')\n"
+               "torch.atan2(a, a)", env={"TORCH_NEURONX_DISABLE_FALLBACK": "1"})
     assert "native ok" in r.stdout and r.returncode != 0
-    assert "aten::add.out" in r.stderr and "TORCH_NEURONX_DISABLE_FALLBACK" in r.stderr
+    assert "aten::atan2.out" in r.stderr and "TORCH_NEURONX_DISABLE_FALLBACK" in r.stderr
 
 
 def test_pinned_memory():
