@@ -1,0 +1,97 @@
+"""Element-wise ops on neuron vs PyTorch CPU, measured in the same run.
+
+Prints, for add/mul/silu on 1M elements (float32 and bfloat16) and the float32<->bfloat16 casts, the
+median time on neuron and on CPU and the ratio CPU/neuron (>= 1 means neuron is as fast or faster).
+Then the share of native operator calls in a tiny-Llama forward + backward, from op_counts().
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_pointwise.py
+    OMP_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_pointwise.py   # single thread
+
+On a loaded machine PyTorch's OpenMP threads spin at barriers while a peer is descheduled, which can
+make the multi-threaded CPU baseline 50x slower than on a quiet machine; the single-thread run is the
+steadier comparison there.
+"""
+
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+from torch_neuronx.testing.tiny_models import make_tiny_llama
+
+N = 1 << 20
+
+
+def timeit(fn, sync, reps=50, warmup=5):
+    for _ in range(warmup):
+        fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def bench(name, make_fn):
+    cpu_fn = make_fn("cpu")
+    dev_fn = make_fn("neuron")
+    t_cpu = timeit(cpu_fn, lambda: None)
+    t_dev = timeit(dev_fn, torch.neuron.synchronize)
+    print(f"{name:28s} neuron {t_dev * 1e6:9.1f} us   cpu {t_cpu * 1e6:9.1f} us   ratio {t_cpu / t_dev:5.2f}x")
+
+
+def main():
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()} (neuron kernels use as many)")
+    for dtype in (torch.float32, torch.bfloat16):
+        tag = "f32" if dtype == torch.float32 else "bf16"
+
+        def binary(op):
+            def make(dev):
+                a = torch.randn(N, device=dev).to(dtype)
+                b = torch.randn(N, device=dev).to(dtype)
+                out = torch.empty(N, device=dev, dtype=dtype)
+                return lambda: op(a, b, out=out)
+            return make
+
+        def silu(dev):
+            a = torch.randn(N, device=dev).to(dtype)
+            return lambda: F.silu(a)
+
+        bench(f"add 1M {tag}", binary(torch.add))
+        bench(f"mul 1M {tag}", binary(torch.mul))
+        bench(f"silu 1M {tag}", silu)
+
+    def cast(src, dst):
+        def make(dev):
+            a = torch.randn(N, device=dev).to(src)
+            out = torch.empty(N, device=dev, dtype=dst)
+            return lambda: out.copy_(a)
+        return make
+
+    bench("cast f32->bf16 1M", cast(torch.float32, torch.bfloat16))
+    bench("cast bf16->f32 1M", cast(torch.bfloat16, torch.float32))
+
+    # Native share on a tiny Llama forward + backward.
+    model, tok = make_tiny_llama()
+    model = model.to("neuron").train()
+    ids = torch.randint(0, model.config.vocab_size, (2, 32), device="neuron")
+    torch_neuronx.reset_op_counts()
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    torch.neuron.synchronize()
+    counts = torch_neuronx.op_counts()
+    native = sum(c["native"] for c in counts.values())
+    fallback = sum(c["fallback"] for c in counts.values())
+    print(f"tiny-Llama fwd+bwd: {native} native / {native + fallback} calls "
+          f"({100.0 * native / max(1, native + fallback):.1f}% native)")
+    fb = torch_neuronx.fallback_ops()
+    print("remaining fallbacks:", ", ".join(f"{k} x{v}" for k, v in list(fb.items())[:15]))
+
+
+if __name__ == "__main__":
+    main()
