@@ -24,6 +24,15 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and
+     * conflict in L1, so they would otherwise miss right when the stores want them). */
+    if (accumulate) {
+#pragma GCC unroll 12
+        for (int i = 0; i < MR; i++) {
+            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+        }
+    }
     for (int64_t k = 0; k < kc; k++) {
         const __m512 b0 = _mm512_load_ps(pb);
         const __m512 b1 = _mm512_load_ps(pb + 16);
