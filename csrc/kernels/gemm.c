@@ -6,7 +6,8 @@
  *  - skinny (at most NK_GEMM_SKINNY_M rows, after transposing the problem if the short side is n):
  *    the large operand is read once straight from memory, columns split across threads. This is the
  *    decode path of a language model, bound by memory bandwidth.
- *  - packed, in the BLIS manner, for everything else (see the comment above gemm_packed_task).
+ *  - packed, in the BLIS manner, for everything else (see the comment above gemm_packed_task);
+ *    bf16 runs on AMX tiles where the CPU has them (gemm_amx.c).
  */
 #include "gemm_internal.h"
 
@@ -93,6 +94,7 @@ typedef struct gemm_problem {
     double alpha, beta;
     const nk_gemm_isa *isa;
     nk_gemm_blocking blk;
+    bool amx;               /* bf16 on AMX tiles */
     int64_t mparts, nparts; /* tasks per batch entry: an mparts x nparts grid */
     atomic_int failed;      /* a scratch allocation failed */
 } gemm_problem;
@@ -149,6 +151,12 @@ static void store_block(const gemm_problem *p, int64_t bi, int64_t i0, int64_t j
     const char *s = has_self ? p->s + (bi * p->s_bs + i0 * p->s_sm + j0 * p->s_sn) * es : NULL;
     const int64_t csn = p->c_sn, ssn = p->s_sn;
     const float alpha = (float)p->alpha, beta = (float)p->beta;
+    if (p->isa == &nk_gemm_isa_avx512 && csn == 1 && (!has_self || ssn == 0 || ssn == 1)) {
+        for (int64_t i = 0; i < mm; i++)
+            nk_gemm_store_row_avx512(c + i * p->c_sm * es, p->dt, acc + i * ldacc,
+                                     has_self ? s + i * p->s_sm * es : NULL, ssn, nn, alpha, beta);
+        return;
+    }
     switch (p->dt) {
     case NK_BF16: STORE_LOOP(uint16_t, nk_f32_to_bf16, nk_bf16_to_f32) break;
     case NK_F16: STORE_LOOP(uint16_t, nk_f32_to_f16, nk_f16_to_f32) break;
@@ -323,6 +331,31 @@ static void gemm_packed_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
     }
 }
 
+/* The same task on AMX tiles (bf16): packing and tiles in gemm_amx.c, the fp32 accumulator here. */
+static void gemm_amx_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const int64_t mt = m1 - m0, mp = (mt + 31) / 32 * 32;
+    int64_t nc = p->blk.nc;
+    if (mp * nc > (1 << 20)) nc = ((1 << 20) / mp) / 32 * 32;
+    if (nc < 32) nc = 32;
+    const int64_t nc_eff = (n1 - n0) < nc ? (n1 - n0) : nc;
+    const int64_t ldacc = (nc_eff + 31) / 32 * 32;
+    float *acc = scratch_get(&t_acc, (size_t)(mp * ldacc));
+    if (acc == NULL) {
+        atomic_store(&p->failed, 1);
+        return;
+    }
+    const uint16_t *a = (const uint16_t *)p->a + bi * p->a_bs + m0 * p->a_sm;
+    for (int64_t jc = n0; jc < n1; jc += nc) {
+        const int64_t ncur = n1 - jc < nc ? n1 - jc : nc;
+        const uint16_t *b = (const uint16_t *)p->b + bi * p->b_bs + jc * p->b_sn;
+        if (!nk_gemm_amx_block(mt, ncur, p->k, a, p->a_sm, p->a_sk, b, p->b_sk, p->b_sn, acc, ldacc)) {
+            atomic_store(&p->failed, 1);
+            return;
+        }
+        store_block(p, bi, m0, jc, mt, ncur, acc, ldacc);
+    }
+}
+
 static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
     gemm_problem *p = ctx;
     const int64_t per_batch = p->mparts * p->nparts;
@@ -331,7 +364,9 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
         int64_t m0, m1, n0, n1;
         split_range(p->m, p->mparts, p->isa->mr, r / p->nparts, &m0, &m1);
         split_range(p->n, p->nparts, p->isa->nr, r % p->nparts, &n0, &n1);
-        if (m0 < m1 && n0 < n1) gemm_packed_task(p, bi, m0, m1, n0, n1);
+        if (m0 >= m1 || n0 >= n1) continue;
+        if (p->amx) gemm_amx_task(p, bi, m0, m1, n0, n1);
+        else gemm_packed_task(p, bi, m0, m1, n0, n1);
     }
 }
 
@@ -503,6 +538,7 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     }
     if (p.m <= NK_GEMM_SKINNY_M && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
 
+    p.amx = dt == NK_BF16 && p.isa == &nk_gemm_isa_avx512 && nk_gemm_amx_available();
     const int threads = nk_threads_get();
     const int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;
     /* Split the longer side so every task keeps a wide panel. */

@@ -322,6 +322,50 @@ static void skinny_ncontig_avx512(int64_t m, int64_t n, int64_t k, const float *
     }
 }
 
+/* ---- epilogue: one output row ------------------------------------------------------------------- */
+
+/* 16 fp32 -> bf16 with round-to-nearest-even, NaN -> 0x7FC0 (as nk_f32_to_bf16). */
+AVX512_INLINE __m256i f32_to_bf16_16(__m512 v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+AVX512_INLINE void store16(void *p, nk_dtype dt, __m512 v, __mmask16 m) {
+    if (dt == NK_BF16) _mm256_mask_storeu_epi16(p, m, f32_to_bf16_16(v));
+    else if (dt == NK_F16) _mm256_mask_storeu_epi16(p, m, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    else _mm512_mask_storeu_ps(p, m, v);
+}
+
+AVX512_INLINE void store_row_dt(void *out, nk_dtype dt, size_t es, const float *acc, const void *self, int64_t ss,
+                                int64_t n, float alpha, float beta) {
+    const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    const __m512 s0 = (self != NULL && ss == 0) ? load16(self, dt, 1) : _mm512_setzero_ps();
+    const __m512 bcast = _mm512_set1_ps(_mm512_cvtss_f32(s0));
+    for (int64_t j = 0; j < n; j += 16) {
+        const __mmask16 m = tail_mask(n - j);
+        __m512 v = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, acc + j));
+        if (self != NULL) {
+            const __m512 sv = ss == 0 ? bcast : load16((const char *)self + j * (int64_t)es, dt, m);
+            v = _mm512_fmadd_ps(vb, sv, v);
+        }
+        store16((char *)out + j * (int64_t)es, dt, v, m);
+    }
+}
+
+/* out[j] = alpha * acc[j] (+ beta * self[j * ss], ss 0 or 1) for a unit-stride output row. */
+AVX512_TARGET void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss,
+                                            int64_t n, float alpha, float beta) {
+    switch (dt) {
+    case NK_BF16: store_row_dt(out, NK_BF16, 2, acc, self, ss, n, alpha, beta); break;
+    case NK_F16: store_row_dt(out, NK_F16, 2, acc, self, ss, n, alpha, beta); break;
+    default: store_row_dt(out, NK_F32, 4, acc, self, ss, n, alpha, beta); break;
+    }
+}
+
 AVX512_TARGET void nk_gemm_fma_loop_avx512(int64_t iters, float *sink) {
     __m512 acc[16];
     const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
@@ -347,6 +391,11 @@ const nk_gemm_isa nk_gemm_isa_avx512 = {
 };
 
 #else /* not x86-64: never selected (gemm.c checks the CPU first) */
+
+void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
+                              float alpha, float beta) {
+    (void)out, (void)dt, (void)acc, (void)self, (void)ss, (void)n, (void)alpha, (void)beta;
+}
 
 const nk_gemm_isa nk_gemm_isa_avx512 = {0};
 void nk_gemm_fma_loop_avx512(int64_t iters, float *sink) {

@@ -1,6 +1,6 @@
 /*
  * gemm_internal.h - what the GEMM driver (gemm.c) needs from its per-ISA micro-kernel files
- * (gemm_avx512.c, gemm_avx2.c, gemm_generic.c). Not part of the public contract.
+ * (gemm_avx512.c, gemm_amx.c, gemm_avx2.c, gemm_generic.c). Not part of the public contract.
  */
 #ifndef NEURON_GEMM_INTERNAL_H
 #define NEURON_GEMM_INTERNAL_H
@@ -59,6 +59,21 @@ void nk_gemm_skinny_ncontig_generic(int64_t m, int64_t n, int64_t k, const float
 /* AVX-512 FMA throughput loop: runs `iters` iterations of 16 independent 16-lane FMAs (512 flops). */
 void nk_gemm_fma_loop_avx512(int64_t iters, float *sink);
 void nk_gemm_fma_loop_avx2(int64_t iters, float *sink);
+
+/*
+ * bf16 on AMX tiles (gemm_amx.c). available: the CPU has AMX-BF16 and the OS granted the tile state.
+ * block: acc[i*ldacc + j] = sum_k a[i, k] b[k, j] in fp32 for i < m, j < n (a, b bf16 with element
+ * strides); acc must hold m and n rounded up to 32 (ldacc >= that, a multiple of 16): the padding is
+ * written too. Returns false if scratch memory is unavailable.
+ */
+bool nk_gemm_amx_available(void);
+bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                       const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+
+/* Epilogue of one unit-stride output row on AVX-512: out[j] = alpha * acc[j] (+ beta * self[j * ss] when
+ * self is not NULL; ss is 0 or 1), rounded once to dt (F32, BF16, F16). */
+void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
+                              float alpha, float beta);
 
 /* Test hook: use the named micro-kernel family ("avx512", "avx2", "generic"); false if the CPU lacks it. */
 bool nk_gemm_isa_force(const char *name);

@@ -273,7 +273,8 @@ int main(void) {
         }
     }
     test_errors();
-    printf("fma peak: %.1f GFLOP/s on %d threads (%s)\n", nk_fma_peak_gflops(), nk_threads_get(), nk_gemm_isa_name());
+    printf("fma peak: %.1f GFLOP/s on %d threads (%s); AMX bf16: %s\n", nk_fma_peak_gflops(), nk_threads_get(),
+           nk_gemm_isa_name(), nk_gemm_amx_available() ? "used" : "not available");
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
