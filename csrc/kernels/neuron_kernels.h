@@ -93,6 +93,22 @@ nk_status nk_rng_random(const nk_tensor *dst, uint64_t seed, uint64_t *offset, i
 nk_status nk_rng_randperm(const nk_tensor *dst, int64_t n, uint64_t seed, uint64_t *offset);
 
 /* ---- matrix multiplication (gemm.c and its per-ISA micro-kernels) ------------------------------ */
+/*
+ * out = beta * self + alpha * (a @ b), with fp32 accumulation and one rounding to the output dtype.
+ * Either all of out [M, N], a [M, K], b [K, N] are 2-D, or all are 3-D with a leading batch dim
+ * (any batch strides, 0 included). Any row/column strides: transposed views need no copy. self has
+ * out's shape (a broadcast bias has stride 0 where it is expanded) or is NULL, meaning out itself
+ * (in-place accumulation). beta == 0 never reads self, so NaN there does not propagate; K == 0 gives
+ * beta * self. out must not overlap a, b or (unless it is self) self.
+ * Dtypes: F32, BF16, F16 (all operands alike); F64 on a plain loop. Others: NK_UNSUPPORTED.
+ */
+nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, const nk_tensor *self, double alpha,
+                  double beta);
+/* The micro-kernel family in use ("avx512", "avx2", "generic"). */
+const char *nk_gemm_isa_name(void);
+/* Measured fp32 FMA throughput of this machine on all pool threads (GFLOP/s): a register-only FMA
+ * loop, the ceiling a GEMM can approach. 0 when no SIMD FMA is available. Takes ~0.1 s. */
+double nk_fma_peak_gflops(void);
 
 /* ---- elementwise: unary, binary, activations and their backward (elementwise.c) ------------------ */
 

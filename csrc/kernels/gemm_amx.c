@@ -1,0 +1,236 @@
+/*
+ * gemm_amx.c - bf16 products on AMX tiles (tdpbf16ps: bf16 pairs, fp32 accumulation).
+ *
+ * Eight tile registers of 16 rows x 64 bytes: four hold a 32x32 fp32 block of C, two hold 32 rows of A
+ * (16 rows x 32 k each) and two hold B in the pair-interleaved ("VNNI") order the instruction reads:
+ * row p of a B tile is 16 columns x (k = 2p, 2p + 1). Packing brings A into rows of kc bf16 and B into
+ * 16-column panels of kc/2 such rows, zero-padded to whole tiles, so the kernel never sees an edge.
+ */
+#include "gemm_internal.h"
+
+#include <stdlib.h>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && defined(__linux__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq")))
+#define AMX_INLINE static inline __attribute__((always_inline)) AMX_TARGET
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+/* Depth and rows per packed block: a B panel pair (2 x 16 columns x kc bf16 = 32 KiB) stays in L1
+ * while A rows stream from L2. */
+#define AMX_KC 512
+#define AMX_MC 256
+
+static int g_amx_state; /* 0 unknown, 1 usable, -1 not */
+
+bool nk_gemm_amx_available(void) {
+    int s = __atomic_load_n(&g_amx_state, __ATOMIC_ACQUIRE);
+    if (s != 0) return s > 0;
+    unsigned a, b, c, d;
+    bool ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)) && (d & (1u << 24));
+    /* Linux hands out the 8 KiB tile state only to processes that ask for it. */
+    if (ok) ok = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+    __atomic_store_n(&g_amx_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    return ok;
+}
+
+typedef struct amx_tilecfg {
+    uint8_t palette_id;
+    uint8_t start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+typedef struct amx_scratch {
+    uint16_t *p;
+    size_t cap;
+} amx_scratch;
+
+static _Thread_local amx_scratch t_amx_a, t_amx_b;
+
+static uint16_t *amx_scratch_get(amx_scratch *s, size_t n) {
+    if (n <= s->cap) return s->p;
+    free(s->p);
+    s->p = aligned_alloc(64, (n * 2 + 63) & ~(size_t)63);
+    s->cap = s->p ? n : 0;
+    return s->p;
+}
+
+/* c[32 x 32] (fp32, row stride ldc) = (accumulate ? c : 0) + a[32 x kp] . b, for kp a multiple of 32. */
+AMX_INLINE void amx_kernel(int64_t kp, const uint16_t *a, const uint16_t *b0, const uint16_t *b1, float *c,
+                           int64_t ldc, bool accumulate) {
+    const int64_t cs = ldc * 4;
+    if (accumulate) {
+        _tile_loadd(0, c, cs);
+        _tile_loadd(1, c + 16, cs);
+        _tile_loadd(2, c + 16 * ldc, cs);
+        _tile_loadd(3, c + 16 * ldc + 16, cs);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    const int64_t as = kp * 2;
+    for (int64_t k = 0; k < kp; k += 32) {
+        _tile_loadd(4, a + k, as);
+        _tile_loadd(5, a + 16 * kp + k, as);
+        _tile_loadd(6, b0 + k * 16, 64);
+        _tile_loadd(7, b1 + k * 16, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, cs);
+    _tile_stored(1, c + 16, cs);
+    _tile_stored(2, c + 16 * ldc, cs);
+    _tile_stored(3, c + 16 * ldc + 16, cs);
+}
+
+AMX_INLINE __mmask32 mask32(int64_t n) {
+    return n >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
+}
+
+/* 16 lanes of 32-bit words: the same 16x16 transpose as the fp32 packer, on raw bits. */
+AMX_INLINE void transpose16_bits(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int p = 0; p < 8; p++) {
+        t[2 * p] = _mm512_unpacklo_ps(r[2 * p], r[2 * p + 1]);
+        t[2 * p + 1] = _mm512_unpackhi_ps(r[2 * p], r[2 * p + 1]);
+    }
+    for (int q = 0; q < 4; q++) {
+        const __m512d t0 = _mm512_castps_pd(t[4 * q]), t1 = _mm512_castps_pd(t[4 * q + 1]);
+        const __m512d t2 = _mm512_castps_pd(t[4 * q + 2]), t3 = _mm512_castps_pd(t[4 * q + 3]);
+        u[4 * q + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+        u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+        u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+        u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[0 + c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+/*
+ * B block (kcur x ncur at b, strides sk, sn) into panels of 16 columns x kp/2 rows of (k even, k odd)
+ * pairs; kp = kcur rounded up to 32, columns to 32; missing k and columns are zero.
+ */
+AMX_TARGET static void pack_b_vnni(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur,
+                                   int64_t ncur, int64_t kp) {
+    const __m512i idx = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6,
+                                         37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+    /* Whole panel pairs: the kernel reads 32 columns at a time. */
+    const int64_t npad = (ncur + 31) / 32 * 32;
+    for (int64_t p0 = 0; p0 < npad; p0 += 16) {
+        const int64_t cols = ncur - p0 >= 16 ? 16 : (ncur - p0 > 0 ? ncur - p0 : 0);
+        uint16_t *d = dst + p0 * kp;
+        if (sk == 1) {
+            /* Column j's k pairs are 32-bit words: a 16x16 word transpose per 32 k. */
+            for (int64_t k0 = 0; k0 < kp; k0 += 32) {
+                const __mmask32 m = k0 < kcur ? mask32(kcur - k0) : 0;
+                __m512 r[16];
+                for (int j = 0; j < 16; j++)
+                    r[j] = j < cols ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m, b + (p0 + j) * sn + k0))
+                                    : _mm512_setzero_ps();
+                transpose16_bits(r);
+                for (int q = 0; q < 16; q++) _mm512_store_ps((float *)(d + (k0 / 2 + q) * 32), r[q]);
+            }
+        } else if (sn == 1) {
+            /* Rows k and k + 1 interleave element by element. */
+            const __mmask16 cm = (__mmask16)((1u << cols) - 1u);
+            for (int64_t k = 0; k < kp; k += 2) {
+                const __m256i r0 = k < kcur ? _mm256_maskz_loadu_epi16(cm, b + k * sk + p0) : _mm256_setzero_si256();
+                const __m256i r1 = k + 1 < kcur ? _mm256_maskz_loadu_epi16(cm, b + (k + 1) * sk + p0)
+                                                : _mm256_setzero_si256();
+                const __m512i v = _mm512_permutex2var_epi16(_mm512_castsi256_si512(r0), idx, _mm512_castsi256_si512(r1));
+                _mm512_store_si512((void *)(d + k * 16), v);
+            }
+        } else {
+            for (int64_t k = 0; k < kp; k++)
+                for (int64_t j = 0; j < 16; j++)
+                    d[(k / 2) * 32 + j * 2 + (k & 1)] = (k < kcur && j < cols) ? b[k * sk + (p0 + j) * sn] : 0;
+        }
+    }
+}
+
+/* A block (mcur x kcur at a, strides sm, sk) into mp rows of kp bf16, zero-padded. */
+static void pack_a_rows(uint16_t *dst, const uint16_t *a, int64_t sm, int64_t sk, int64_t mcur, int64_t kcur,
+                        int64_t mp, int64_t kp) {
+    for (int64_t i = 0; i < mp; i++) {
+        uint16_t *d = dst + i * kp;
+        int64_t k = 0;
+        if (i < mcur) {
+            const uint16_t *src = a + i * sm;
+            if (sk == 1) {
+                memcpy(d, src, (size_t)kcur * 2);
+                k = kcur;
+            } else {
+                for (; k < kcur; k++) d[k] = src[k * sk];
+            }
+        }
+        for (; k < kp; k++) d[k] = 0;
+    }
+}
+
+AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                                  const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
+    const int64_t np = (n + 31) / 32 * 32;
+    const int64_t kc_max = k < AMX_KC ? (k + 31) / 32 * 32 : AMX_KC;
+    const int64_t mc_max = m < AMX_MC ? (m + 31) / 32 * 32 : AMX_MC;
+    uint16_t *ap = amx_scratch_get(&t_amx_a, (size_t)(mc_max * kc_max));
+    uint16_t *bp = amx_scratch_get(&t_amx_b, (size_t)(np * kc_max));
+    if (ap == NULL || bp == NULL) return false;
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    for (int64_t pc = 0; pc < k; pc += AMX_KC) {
+        const int64_t kcur = k - pc < AMX_KC ? k - pc : AMX_KC;
+        const int64_t kp = (kcur + 31) / 32 * 32;
+        pack_b_vnni(bp, b + pc * b_sk, b_sk, b_sn, kcur, n, kp);
+        for (int64_t ic = 0; ic < m; ic += AMX_MC) {
+            const int64_t mcur = m - ic < AMX_MC ? m - ic : AMX_MC;
+            const int64_t mp = (mcur + 31) / 32 * 32;
+            pack_a_rows(ap, a + ic * a_sm + pc * a_sk, a_sm, a_sk, mcur, kcur, mp, kp);
+            for (int64_t jr = 0; jr < np; jr += 32) {
+                const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
+                for (int64_t ir = 0; ir < mp; ir += 32)
+                    amx_kernel(kp, ap + ir * kp, b0, b1, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
+            }
+        }
+    }
+    _tile_release();
+    return true;
+}
+
+#else
+
+bool nk_gemm_amx_available(void) {
+    return false;
+}
+
+bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                       const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
+    return false;
+}
+
+#endif

@@ -1,0 +1,81 @@
+/*
+ * gemm_internal.h - what the GEMM driver (gemm.c) needs from its per-ISA micro-kernel files
+ * (gemm_avx512.c, gemm_amx.c, gemm_avx2.c, gemm_generic.c). Not part of the public contract.
+ */
+#ifndef NEURON_GEMM_INTERNAL_H
+#define NEURON_GEMM_INTERNAL_H
+
+#include "kernels_internal.h"
+
+#define NK_GEMM_MR_MAX 16
+#define NK_GEMM_NR_MAX 32
+/* Rows up to which a product takes the streaming (skinny) path instead of the packed one. */
+#define NK_GEMM_SKINNY_M 16
+
+/*
+ * Packed micro-kernel: the MR x NR tile c (fp32, row stride ldc, unit column stride) becomes
+ * pa @ pb (accumulate false) or c + pa @ pb (accumulate true). pa is a packed A micro-panel, kc
+ * groups of MR values (one column of A per k); pb a packed B micro-panel, kc groups of NR values
+ * (one row of B per k). Both are 64-byte aligned.
+ */
+typedef void (*nk_gemm_ukr_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, bool accumulate);
+
+/*
+ * Transposing packers for operands stored k-contiguous, full panels only:
+ *  - A: A[i, k] (i < MR) at src + (i*ld + k) elements into kc groups of MR floats;
+ *  - B: B[k, j] (j < NR) at src + (k + j*ld) elements into kc rows of NR floats.
+ */
+typedef void (*nk_gemm_pack_kcontig_fn)(float *dst, const void *src, nk_dtype dt, int64_t ldj, int64_t kc);
+
+/*
+ * Skinny products for m <= NK_GEMM_SKINNY_M rows: c[i*ldc + j] = sum_k a[i*lda + k] * B[k, j] for
+ * i < m, j < n, with a in fp32 (already packed) and B of dtype dt (F32, BF16, F16) read in place:
+ *  - kcontig: B[k, j] at b + k + j*ldb (linear's weight [N, K]): dot products along k;
+ *  - ncontig: B[k, j] at b + k*ldb + j (a row-major [K, N] matrix): axpy along n.
+ */
+typedef void (*nk_gemm_skinny_fn)(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
+                                  nk_dtype dt, int64_t ldb, float *c, int64_t ldc);
+
+typedef struct nk_gemm_isa {
+    const char *name;
+    int mr, nr;             /* register tile */
+    nk_gemm_ukr_fn ukr;
+    nk_gemm_pack_kcontig_fn pack_a_kcontig; /* NULL: the portable packer */
+    nk_gemm_pack_kcontig_fn pack_b_kcontig;
+    nk_gemm_skinny_fn skinny_kcontig;
+    nk_gemm_skinny_fn skinny_ncontig;
+} nk_gemm_isa;
+
+extern const nk_gemm_isa nk_gemm_isa_avx512;
+extern const nk_gemm_isa nk_gemm_isa_avx2;
+extern const nk_gemm_isa nk_gemm_isa_generic;
+
+/* Portable pieces the ISA files reuse for dtypes or layouts they do not specialise. */
+void nk_gemm_skinny_kcontig_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
+                                    nk_dtype dt, int64_t ldb, float *c, int64_t ldc);
+void nk_gemm_skinny_ncontig_generic(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
+                                    nk_dtype dt, int64_t ldb, float *c, int64_t ldc);
+
+/* AVX-512 FMA throughput loop: runs `iters` iterations of 16 independent 16-lane FMAs (512 flops). */
+void nk_gemm_fma_loop_avx512(int64_t iters, float *sink);
+void nk_gemm_fma_loop_avx2(int64_t iters, float *sink);
+
+/*
+ * bf16 on AMX tiles (gemm_amx.c). available: the CPU has AMX-BF16 and the OS granted the tile state.
+ * block: acc[i*ldacc + j] = sum_k a[i, k] b[k, j] in fp32 for i < m, j < n (a, b bf16 with element
+ * strides); acc must hold m and n rounded up to 32 (ldacc >= that, a multiple of 16): the padding is
+ * written too. Returns false if scratch memory is unavailable.
+ */
+bool nk_gemm_amx_available(void);
+bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                       const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+
+/* Epilogue of one unit-stride output row on AVX-512: out[j] = alpha * acc[j] (+ beta * self[j * ss] when
+ * self is not NULL; ss is 0 or 1), rounded once to dt (F32, BF16, F16). */
+void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
+                              float alpha, float beta);
+
+/* Test hook: use the named micro-kernel family ("avx512", "avx2", "generic"); false if the CPU lacks it. */
+bool nk_gemm_isa_force(const char *name);
+
+#endif /* NEURON_GEMM_INTERNAL_H */
