@@ -206,6 +206,82 @@ nk_status nk_ternary(nk_ternary_op op, const nk_ew_iter *it, const nk_ew_params 
 const char *nk_ew_isa(void);
 
 /* ---- reductions, softmax and norms (reduce.c, norm.c) ---------------------------------------------- */
+/*
+ * Reductions. `out` has in's ndim with size 1 in every reduced dim (bit d of `dims` set; a keepdim
+ * view of the result) and in's size elsewhere; any strides. Float inputs (f32/bf16/f16) accumulate in
+ * float blocks combined in double, f64 in double, integer sums in int64 (wrapping). NaN propagates
+ * through max/min/sum; any/all treat NaN as true. Empty reductions are left to the caller (PyTorch
+ * raises for max/min of nothing). dtypes: sum/mean: float in -> float out, or integer/bool in ->
+ * integer out; amax/amin/logsumexp/var: float only; any/all: every dtype, out bool or uint8.
+ */
+typedef enum nk_reduce_op {
+    NK_REDUCE_SUM = 0,
+    NK_REDUCE_MEAN,      /* sum rounded to the accumulation type, then divided by the count */
+    NK_REDUCE_AMAX,
+    NK_REDUCE_AMIN,
+    NK_REDUCE_ANY,
+    NK_REDUCE_ALL,
+    NK_REDUCE_LOGSUMEXP, /* log(sum(exp(x - m))) + m, m the max (0 when it is infinite) */
+} nk_reduce_op;
+nk_status nk_reduce(const nk_tensor *out, const nk_tensor *in, uint64_t dims, nk_reduce_op op);
+/* Max (or min) with the index of its first occurrence (of the first NaN, if any) over `dims` taken in
+ * logical row-major order; values and/or indices (int64) may be NULL. Float dtypes. */
+nk_status nk_reduce_arg(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, uint64_t dims,
+                        bool is_max);
+/* Variance sum((x - mean)^2) / max(0, n - correction), its square root when take_sqrt; mean (may be
+ * NULL) receives the mean. Float dtypes, outputs of in's dtype. */
+nk_status nk_reduce_var(const nk_tensor *var, const nk_tensor *mean, const nk_tensor *in, uint64_t dims,
+                        double correction, bool take_sqrt);
+/* Inclusive prefix sum along dim; out has in's shape. Floats accumulate in double, integers in int64;
+ * the output dtype may differ (float out for a float in, integer out for an integer in). */
+nk_status nk_cumsum(const nk_tensor *out, const nk_tensor *in, int32_t dim);
+
+/* softmax / log_softmax along dim; out has in's shape, dtype f32/bf16/f16 (out may be f32 for a half
+ * input: half_to_float). */
+nk_status nk_softmax(const nk_tensor *out, const nk_tensor *in, int32_t dim, bool log);
+/* grad_in = y * (g - sum(g * y)) for softmax, g - exp(y) * sum(g) for log_softmax, y the forward
+ * output. */
+nk_status nk_softmax_backward(const nk_tensor *grad_in, const nk_tensor *grad_out, const nk_tensor *out,
+                              int32_t dim, bool log);
+
+/*
+ * Norms over contiguous [M, N] rows (layer/RMS) or [N, C, HxW] blocks (group). x/y/dx/dy f32, bf16 or
+ * f16; weight/bias (optional: NULL) of x's dtype or f32; mean/rstd of x's dtype or f32, M (or N*group)
+ * elements. Statistics in float: mean, rstd = 1/sqrt(var + eps) with the biased variance.
+ */
+nk_status nk_layer_norm(const nk_tensor *y, const nk_tensor *mean, const nk_tensor *rstd, const nk_tensor *x,
+                        const nk_tensor *weight, const nk_tensor *bias, int64_t M, int64_t N, double eps);
+/* dx, dweight, dbias may be NULL (not wanted). */
+nk_status nk_layer_norm_backward(const nk_tensor *dx, const nk_tensor *dweight, const nk_tensor *dbias,
+                                 const nk_tensor *dy, const nk_tensor *x, const nk_tensor *mean,
+                                 const nk_tensor *rstd, const nk_tensor *weight, int64_t M, int64_t N);
+/* y = x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps) (f32). */
+nk_status nk_rms_norm(const nk_tensor *y, const nk_tensor *rstd, const nk_tensor *x, const nk_tensor *weight,
+                      int64_t M, int64_t N, double eps);
+nk_status nk_rms_norm_backward(const nk_tensor *dx, const nk_tensor *dweight, const nk_tensor *dy,
+                               const nk_tensor *x, const nk_tensor *rstd, const nk_tensor *weight, int64_t M,
+                               int64_t N);
+nk_status nk_group_norm(const nk_tensor *y, const nk_tensor *mean, const nk_tensor *rstd, const nk_tensor *x,
+                        const nk_tensor *weight, const nk_tensor *bias, int64_t N, int64_t C, int64_t HxW,
+                        int64_t group, double eps);
+nk_status nk_group_norm_backward(const nk_tensor *dx, const nk_tensor *dweight, const nk_tensor *dbias,
+                                 const nk_tensor *dy, const nk_tensor *x, const nk_tensor *mean,
+                                 const nk_tensor *rstd, const nk_tensor *weight, int64_t N, int64_t C,
+                                 int64_t HxW, int64_t group);
+
+/*
+ * Negative log likelihood over input [N, C] (or [C]) of a float dtype, target [N] (or []) int64,
+ * weight [C] (NULL: ones). reduction 0 none (out [N]), 1 mean, 2 sum (out []); total_weight [] the sum
+ * of the weights of non-ignored targets. A target outside [0, C) other than ignore_index returns
+ * NK_INVALID with it in *bad_target.
+ */
+nk_status nk_nll_loss(const nk_tensor *out, const nk_tensor *total_weight, const nk_tensor *input,
+                      const nk_tensor *target, const nk_tensor *weight, int32_t reduction, int64_t ignore_index,
+                      int64_t *bad_target);
+/* grad_input [N, C] (written entirely) from grad_output ([N] for none, [] otherwise). */
+nk_status nk_nll_loss_backward(const nk_tensor *grad_input, const nk_tensor *grad_output, const nk_tensor *target,
+                               const nk_tensor *weight, int32_t reduction, int64_t ignore_index,
+                               const nk_tensor *total_weight, int64_t *bad_target);
 
 /* ---- attention, indexing and losses (attention.c, index.c) ----------------------------------------- */
 
