@@ -34,6 +34,7 @@ int nk_reduce_isa(void) {
 
 NK_SIMD_FN(int, nk_gather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
+NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(float, nk_maxidx, (const float *x, int64_t n, int is_max, int64_t *idx), (x, n, is_max, idx))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
@@ -338,14 +339,16 @@ static void nk_row_float(const nk_rctx *c, const char *base, int64_t n, int64_t 
         return;
     }
     float buf[NK_CHUNK];
-    for (int64_t j = 0; j < n; j += NK_CHUNK) {
-        const int64_t len = n - j < NK_CHUNK ? n - j : NK_CHUNK;
+    /* Contiguous f32 rows are read in place, whole (so sums keep PyTorch's order); others in chunks. */
+    const int64_t chunk = (t == NK_F32 && s == 1) ? n : NK_CHUNK;
+    for (int64_t j = 0; j < n; j += chunk) {
+        const int64_t len = n - j < chunk ? n - j : chunk;
         const char *src = base + j * s * es;
         const float *x = buf;
         if (t == NK_F32 && s == 1) x = (const float *)src;
         else nk_gather(buf, src, len, s, t);
         switch (c->kind) {
-        case NK_RK_SUM: st->v += nk_sum(x, len); break;
+        case NK_RK_SUM: st->v += s == 1 ? nk_sum_cascade(x, len) : nk_sum_cascade1(x, len); break;
         case NK_RK_SUMEXP: st->v += nk_expsub(NULL, x, len, (float)c->c); break;
         case NK_RK_MAX:
         case NK_RK_MIN: {

@@ -233,6 +233,72 @@ NK_AI double nk_sum_body(const float *x, int64_t n) {
     return s;
 }
 
+/*
+ * Sum in float with PyTorch's CPU summation order (8-lane vectors as its reduction kernels use,
+ * 4 interleaved vector accumulators, a 4-level cascade flushing every 2^k vector groups, the scalar
+ * tail first and the lanes added one by one), so sums and means of contiguous rows round exactly like
+ * PyTorch's. The 8-lane vectors still compile to full-width SIMD on every ISA.
+ */
+typedef float nk_v8f __attribute__((vector_size(32)));
+NK_AI nk_v8f nk_vload8(const float *p) {
+    nk_v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+NK_AI float nk_sum_cascade_body(const float *x, int64_t n) {
+    const int64_t nvec = n / 8, groups = nvec / 4;
+    int64_t lg = 0;
+    while ((INT64_C(1) << lg) < groups) lg++;
+    const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
+    nk_v8f acc[4][4];
+    memset(acc, 0, sizeof acc);
+    const nk_v8f zero = {0};
+    int64_t i = 0;
+    while (i + step <= groups) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+        for (int l = 1; l < 4; l++) {
+            for (int k = 0; k < 4; k++) {
+                acc[l][k] += acc[l - 1][k];
+                acc[l - 1][k] = zero;
+            }
+            if ((i & (mask << (l * power))) != 0) break;
+        }
+    }
+    for (; i < groups; i++)
+        for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+    for (int l = 1; l < 4; l++)
+        for (int k = 0; k < 4; k++) acc[0][k] += acc[l][k];
+    for (int64_t v = groups * 4; v < nvec; v++) acc[0][0] += nk_vload8(x + v * 8);
+    nk_v8f tot = acc[0][0];
+    for (int k = 1; k < 4; k++) tot += acc[0][k];
+    float s = 0;
+    for (int64_t e = nvec * 8; e < n; e++) s += x[e];
+    float lanes[8];
+    memcpy(lanes, &tot, sizeof lanes);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return s;
+}
+
+/* The same cascade over single elements: PyTorch's order for a strided (outer) reduction. */
+static inline float nk_sum_cascade1(const float *x, int64_t n) {
+    int64_t lg = 0;
+    while ((INT64_C(1) << lg) < n) lg++;
+    const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
+    float acc[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    while (i + step <= n) {
+        for (int64_t j = 0; j < step; j++, i++) acc[0] += x[i];
+        for (int l = 1; l < 4; l++) {
+            acc[l] += acc[l - 1];
+            acc[l - 1] = 0;
+            if ((i & (mask << (l * power))) != 0) break;
+        }
+    }
+    for (; i < n; i++) acc[0] += x[i];
+    return ((acc[0] + acc[1]) + acc[2]) + acc[3];
+}
+
 /* Sum of (x - c)^2. */
 NK_AI double nk_sumsqdev_body(const float *x, int64_t n, float c) {
     nk_v16f a0 = nk_vsplat(0), a1 = a0;
