@@ -8,8 +8,8 @@
  */
 #include "reduce_simd.h"
 
-NK_SIMD_FN(int, nk_gather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
-NK_SIMD_FN(int, nk_scatter, (char *dst, int64_t s, nk_dtype t, const float *src, int64_t n), (dst, s, t, src, n))
+NK_SIMD_FN(int, nk_rgather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
+NK_SIMD_FN(int, nk_rscatter, (char *dst, int64_t s, nk_dtype t, const float *src, int64_t n), (dst, s, t, src, n))
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(double, nk_dot, (const float *a, const float *b, int64_t n), (a, b, n))
@@ -115,7 +115,7 @@ static inline char *nk_atw(const nk_tensor *t, int64_t i) {
 static const float *nk_fl(const nk_tensor *t, int64_t off, int64_t n, float *buf) {
     if (t == NULL) return NULL;
     if (t->dtype == NK_F32) return (const float *)t->data + off;
-    nk_gather(buf, nk_at(t, off), n, 1, t->dtype);
+    nk_rgather(buf, nk_at(t, off), n, 1, t->dtype);
     return buf;
 }
 
@@ -180,7 +180,7 @@ static void nk_ln_run(void *ctx, int64_t lo, int64_t hi) {
             float *yf = j->y->dtype == NK_F32 ? (float *)j->y->data + off + i : yb;
             if (j->rms) nk_scalew(yf, xf, c, rs, wf);
             else nk_affine(yf, xf, c, rs, -mu * rs, wf, bf);
-            if (yf == yb) nk_scatter(nk_atw(j->y, off + i), 1, j->y->dtype, yb, c);
+            if (yf == yb) nk_rscatter(nk_atw(j->y, off + i), 1, j->y->dtype, yb, c);
         }
     }
 }
@@ -243,7 +243,7 @@ static void nk_lnb_dx_run(void *ctx, int64_t lo, int64_t hi) {
                        mu, rs);
             float *dst = j->dx->dtype == NK_F32 ? (float *)j->dx->data + off + i : out;
             nk_dxrow(dst, g, xh, c, rs, a, b);
-            if (dst == out) nk_scatter(nk_atw(j->dx, off + i), 1, j->dx->dtype, out, c);
+            if (dst == out) nk_rscatter(nk_atw(j->dx, off + i), 1, j->dx->dtype, out, c);
         }
     }
 }
@@ -353,7 +353,7 @@ static void nk_gn_run(void *ctx, int64_t lo, int64_t hi) {
                 const float *xf = nk_fl(j->x, o, c, xb);
                 float *yf = j->y->dtype == NK_F32 ? (float *)j->y->data + o : yb;
                 nk_axpb(yf, xf, c, scale, shift);
-                if (yf == yb) nk_scatter(nk_atw(j->y, o), 1, j->y->dtype, yb, c);
+                if (yf == yb) nk_rscatter(nk_atw(j->y, o), 1, j->y->dtype, yb, c);
             }
         }
     }
@@ -399,7 +399,7 @@ static void nk_gnb_dx_run(void *ctx, int64_t lo, int64_t hi) {
                 const float *dy = nk_fl(j->dy, o, c, dyb), *x = nk_fl(j->x, o, c, xb);
                 float *dst = j->dx->dtype == NK_F32 ? (float *)j->dx->data + o : ob;
                 for (int64_t k = 0; k < c; k++) dst[k] = c1 * dy[k] + (float)c2 * x[k] + (float)c3;
-                if (dst == ob) nk_scatter(nk_atw(j->dx, o), 1, j->dx->dtype, ob, c);
+                if (dst == ob) nk_rscatter(nk_atw(j->dx, o), 1, j->dx->dtype, ob, c);
             }
         }
     }

@@ -32,7 +32,7 @@ int nk_reduce_isa(void) {
     return l;
 }
 
-NK_SIMD_FN(int, nk_gather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
+NK_SIMD_FN(int, nk_rgather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
@@ -346,7 +346,7 @@ static void nk_row_float(const nk_rctx *c, const char *base, int64_t n, int64_t 
         const char *src = base + j * s * es;
         const float *x = buf;
         if (t == NK_F32 && s == 1) x = (const float *)src;
-        else nk_gather(buf, src, len, s, t);
+        else nk_rgather(buf, src, len, s, t);
         switch (c->kind) {
         case NK_RK_SUM: st->v += s == 1 ? nk_sum_cascade(x, len) : nk_sum_cascade1(x, len); break;
         case NK_RK_SUMEXP: st->v += nk_expsub(NULL, x, len, (float)c->c); break;

@@ -182,7 +182,7 @@ static inline void nk_store_f32(char *p, nk_dtype t, float v) {
 static inline bool nk_is_half_or_float(nk_dtype t) { return t == NK_F32 || t == NK_BF16 || t == NK_F16; }
 
 /* dst[0..n) = (float) src[i*s] for a float dtype t (f32, bf16, f16). */
-NK_AI int nk_gather_body(float *dst, const char *src, int64_t n, int64_t s, nk_dtype t) {
+NK_AI int nk_rgather_body(float *dst, const char *src, int64_t n, int64_t s, nk_dtype t) {
     int64_t i = 0;
     if (s == 1 && t == NK_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));
@@ -199,7 +199,7 @@ NK_AI int nk_gather_body(float *dst, const char *src, int64_t n, int64_t s, nk_d
 }
 
 /* dst[i*s] = (t) src[i], rounding like PyTorch. */
-NK_AI int nk_scatter_body(char *dst, int64_t s, nk_dtype t, const float *src, int64_t n) {
+NK_AI int nk_rscatter_body(char *dst, int64_t s, nk_dtype t, const float *src, int64_t n) {
     int64_t i = 0;
     if (s == 1 && t == NK_F32) {
         memcpy(dst, src, (size_t)n * sizeof(float));

@@ -8,8 +8,8 @@
  */
 #include "reduce_simd.h"
 
-NK_SIMD_FN(int, nk_gather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
-NK_SIMD_FN(int, nk_scatter, (char *dst, int64_t s, nk_dtype t, const float *src, int64_t n), (dst, s, t, src, n))
+NK_SIMD_FN(int, nk_rgather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
+NK_SIMD_FN(int, nk_rscatter, (char *dst, int64_t s, nk_dtype t, const float *src, int64_t n), (dst, s, t, src, n))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(double, nk_dot, (const float *a, const float *b, int64_t n), (a, b, n))
@@ -84,7 +84,7 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
         if (n <= NK_CHUNK) {
             const float *x = buf;
             if (nk_line_f32(in)) x = (const float *)in->p;
-            else nk_gather(buf, in->p, n, in->s, in->t);
+            else nk_rgather(buf, in->p, n, in->s, in->t);
             const float m = nk_max(x, n, 1);
             float *y = nk_line_f32(out) ? (float *)out->p : buf;
             if (j->log) {
@@ -94,7 +94,7 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
                 const double s = nk_expsub(y, x, n, m);
                 nk_axpb(y, y, n, 1.0f / (float)s, 0.0f);
             }
-            if (y == buf) nk_scatter(out->p, out->s, out->t, buf, n);
+            if (y == buf) nk_rscatter(out->p, out->s, out->t, buf, n);
             continue;
         }
         /* Long rows: max, sum of exp, then the outputs, one chunk at a time. */
@@ -102,7 +102,7 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
         bool nan = false;
         for (int64_t i = 0; i < n; i += NK_CHUNK) {
             const int64_t c = n - i < NK_CHUNK ? n - i : NK_CHUNK;
-            nk_gather(buf, nk_line_at(in, i), c, in->s, in->t);
+            nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
             const float cm = nk_max(buf, c, 1);
             if (cm != cm) nan = true;
             else if (cm > m) m = cm;
@@ -111,20 +111,20 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
         double s = 0;
         for (int64_t i = 0; i < n; i += NK_CHUNK) {
             const int64_t c = n - i < NK_CHUNK ? n - i : NK_CHUNK;
-            nk_gather(buf, nk_line_at(in, i), c, in->s, in->t);
+            nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
             s += nk_expsub(NULL, buf, c, m);
         }
         const float ls = logf((float)s), inv = 1.0f / (float)s;
         for (int64_t i = 0; i < n; i += NK_CHUNK) {
             const int64_t c = n - i < NK_CHUNK ? n - i : NK_CHUNK;
-            nk_gather(buf, nk_line_at(in, i), c, in->s, in->t);
+            nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
             if (j->log) {
                 nk_axpb(buf, buf, c, 1.0f, -m - ls);
             } else {
                 nk_expsub(buf, buf, c, m);
                 nk_axpb(buf, buf, c, inv, 0.0f);
             }
-            nk_scatter(nk_line_at(out, i), out->s, out->t, buf, c);
+            nk_rscatter(nk_line_at(out, i), out->s, out->t, buf, c);
         }
     }
 }
@@ -145,12 +145,12 @@ static void nk_softmax_bwd_run(void *ctx, int64_t b, int64_t e) {
             const int64_t c = n - i < chunk ? n - i : chunk;
             const float *g = gb, *yy = yb;
             if (nk_line_f32(go)) g = (const float *)nk_line_at(go, i);
-            else nk_gather(gb, nk_line_at(go, i), c, go->s, go->t);
+            else nk_rgather(gb, nk_line_at(go, i), c, go->s, go->t);
             if (j->log) {
                 red += nk_sum(g, c);
             } else {
                 if (nk_line_f32(y)) yy = (const float *)nk_line_at(y, i);
-                else nk_gather(yb, nk_line_at(y, i), c, y->s, y->t);
+                else nk_rgather(yb, nk_line_at(y, i), c, y->s, y->t);
                 red += nk_dot(g, yy, c);
             }
         }
@@ -159,13 +159,13 @@ static void nk_softmax_bwd_run(void *ctx, int64_t b, int64_t e) {
             const int64_t c = n - i < chunk ? n - i : chunk;
             const float *g = gb, *yy = yb;
             if (nk_line_f32(go)) g = (const float *)nk_line_at(go, i);
-            else nk_gather(gb, nk_line_at(go, i), c, go->s, go->t);
+            else nk_rgather(gb, nk_line_at(go, i), c, go->s, go->t);
             if (nk_line_f32(y)) yy = (const float *)nk_line_at(y, i);
-            else nk_gather(yb, nk_line_at(y, i), c, y->s, y->t);
+            else nk_rgather(yb, nk_line_at(y, i), c, y->s, y->t);
             float *dst = nk_line_f32(gi) ? (float *)nk_line_at(gi, i) : gb;
             if (j->log) nk_lsmbwd(dst, yy, g, c, r);
             else nk_smbwd(dst, yy, g, c, r);
-            if (dst == gb) nk_scatter(nk_line_at(gi, i), gi->s, gi->t, gb, c);
+            if (dst == gb) nk_rscatter(nk_line_at(gi, i), gi->s, gi->t, gb, c);
         }
     }
 }
