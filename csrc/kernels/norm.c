@@ -15,70 +15,14 @@ NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(double, nk_dot, (const float *a, const float *b, int64_t n), (a, b, n))
 NK_SIMD_FN(int, nk_axpb, (float *dst, const float *x, int64_t n, float a, float b), (dst, x, n, a, b))
 
-/* dst = (x * a + c) * w + b; w and/or b may be NULL. */
-NK_AI int nk_affine_body(float *dst, const float *x, int64_t n, float a, float c, const float *w, const float *b) {
-    const nk_v16f va = nk_vsplat(a), vc = nk_vsplat(c);
-    int64_t i = 0;
-    if (w && b) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i) + nk_vload(b + i));
-        for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i] + b[i];
-    } else if (w) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i));
-        for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i];
-    } else if (b) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) + nk_vload(b + i));
-        for (; i < n; i++) dst[i] = (x[i] * a + c) + b[i];
-    } else {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va + vc);
-        for (; i < n; i++) dst[i] = x[i] * a + c;
-    }
-    return 0;
-}
 NK_SIMD_FN(int, nk_affine, (float *dst, const float *x, int64_t n, float a, float c, const float *w, const float *b),
            (dst, x, n, a, c, w, b))
 
-/* dst = x * a * w (RMS norm: the input times rstd, then the weight, as PyTorch rounds it). */
-NK_AI int nk_scalew_body(float *dst, const float *x, int64_t n, float a, const float *w) {
-    const nk_v16f va = nk_vsplat(a);
-    int64_t i = 0;
-    if (w) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va) * nk_vload(w + i));
-        for (; i < n; i++) dst[i] = (x[i] * a) * w[i];
-    } else {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va);
-        for (; i < n; i++) dst[i] = x[i] * a;
-    }
-    return 0;
-}
 NK_SIMD_FN(int, nk_scalew, (float *dst, const float *x, int64_t n, float a, const float *w), (dst, x, n, a, w))
 
-/* g = dy * w (w may be NULL); xh = (x - mu) * r. */
-NK_AI int nk_gxh_body(float *g, float *xh, const float *dy, const float *w, const float *x, int64_t n, float mu, float r) {
-    const nk_v16f vm = nk_vsplat(mu), vr = nk_vsplat(r);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        nk_v16f d = nk_vload(dy + i);
-        if (w) d *= nk_vload(w + i);
-        nk_vstore(g + i, d);
-        nk_vstore(xh + i, (nk_vload(x + i) - vm) * vr);
-    }
-    for (; i < n; i++) {
-        g[i] = w ? dy[i] * w[i] : dy[i];
-        xh[i] = (x[i] - mu) * r;
-    }
-    return 0;
-}
 NK_SIMD_FN(int, nk_gxh, (float *g, float *xh, const float *dy, const float *w, const float *x, int64_t n, float mu, float r),
            (g, xh, dy, w, x, n, mu, r))
 
-/* dst = r * (g - a - xh * b) */
-NK_AI int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n, float r, float a, float b) {
-    const nk_v16f vr = nk_vsplat(r), va = nk_vsplat(a), vb = nk_vsplat(b);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, vr * (nk_vload(g + i) - va - nk_vload(xh + i) * vb));
-    for (; i < n; i++) dst[i] = r * (g[i] - a - xh[i] * b);
-    return 0;
-}
 NK_SIMD_FN(int, nk_dxrow, (float *dst, const float *g, const float *xh, int64_t n, float r, float a, float b),
            (dst, g, xh, n, r, a, b))
 

@@ -16,24 +16,8 @@ NK_SIMD_FN(double, nk_dot, (const float *a, const float *b, int64_t n), (a, b, n
 NK_SIMD_FN(double, nk_expsub, (float *dst, const float *x, int64_t n, float c), (dst, x, n, c))
 NK_SIMD_FN(int, nk_axpb, (float *dst, const float *x, int64_t n, float a, float b), (dst, x, n, a, b))
 
-/* dst = y * (g - d) */
-NK_AI int nk_smbwd_body(float *dst, const float *y, const float *g, int64_t n, float d) {
-    const nk_v16f vd = nk_vsplat(d);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(y + i) * (nk_vload(g + i) - vd));
-    for (; i < n; i++) dst[i] = y[i] * (g[i] - d);
-    return 0;
-}
 NK_SIMD_FN(int, nk_smbwd, (float *dst, const float *y, const float *g, int64_t n, float d), (dst, y, g, n, d))
 
-/* dst = g - exp(y) * s */
-NK_AI int nk_lsmbwd_body(float *dst, const float *y, const float *g, int64_t n, float s) {
-    const nk_v16f vs = nk_vsplat(s);
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(g + i) - nk_vexp(nk_vload(y + i)) * vs);
-    for (; i < n; i++) dst[i] = g[i] - nk_exp_f32(y[i]) * s;
-    return 0;
-}
 NK_SIMD_FN(int, nk_lsmbwd, (float *dst, const float *y, const float *g, int64_t n, float s), (dst, y, g, n, s))
 
 /* A line of a tensor along dim: its start and stride in bytes. */

@@ -1,0 +1,486 @@
+/*
+ * reduce_simd_body.h - the vector helpers and row kernels of reduce_simd.h, included once per ISA
+ * with NK_ISA set (avx512, avx2, base) under the matching `#pragma GCC target`. Every name defined
+ * here gets the _<isa> suffix. The whole body must be compiled for the target: GCC lowers vector
+ * comparisons it cannot do natively before inlining, so a generic helper inlined into an AVX-512
+ * function would still compare lane by lane.
+ */
+#define NK_SFX2(a, b) a##_##b
+#define NK_SFX(a, b) NK_SFX2(a, b)
+#define nk_vload NK_SFX(nk_vload, NK_ISA)
+#define nk_vstore NK_SFX(nk_vstore, NK_ISA)
+#define nk_vsplat NK_SFX(nk_vsplat, NK_ISA)
+#define nk_vbits NK_SFX(nk_vbits, NK_ISA)
+#define nk_vfloat NK_SFX(nk_vfloat, NK_ISA)
+#define nk_vsel NK_SFX(nk_vsel, NK_ISA)
+#define nk_vhsum NK_SFX(nk_vhsum, NK_ISA)
+#define nk_vexp NK_SFX(nk_vexp, NK_ISA)
+#define nk_vload_bf16 NK_SFX(nk_vload_bf16, NK_ISA)
+#define nk_vload_f16 NK_SFX(nk_vload_f16, NK_ISA)
+#define nk_vstore_bf16 NK_SFX(nk_vstore_bf16, NK_ISA)
+#define nk_vstore_f16 NK_SFX(nk_vstore_f16, NK_ISA)
+#define nk_vload8 NK_SFX(nk_vload8, NK_ISA)
+#define nk_rgather_body NK_SFX(nk_rgather_body, NK_ISA)
+#define nk_rscatter_body NK_SFX(nk_rscatter_body, NK_ISA)
+#define nk_sum_body NK_SFX(nk_sum_body, NK_ISA)
+#define nk_sum_cascade_body NK_SFX(nk_sum_cascade_body, NK_ISA)
+#define nk_sumsqdev_body NK_SFX(nk_sumsqdev_body, NK_ISA)
+#define nk_dot_body NK_SFX(nk_dot_body, NK_ISA)
+#define nk_maxidx_body NK_SFX(nk_maxidx_body, NK_ISA)
+#define nk_max_body NK_SFX(nk_max_body, NK_ISA)
+#define nk_expsub_body NK_SFX(nk_expsub_body, NK_ISA)
+#define nk_axpb_body NK_SFX(nk_axpb_body, NK_ISA)
+#define nk_smbwd_body NK_SFX(nk_smbwd_body, NK_ISA)
+#define nk_lsmbwd_body NK_SFX(nk_lsmbwd_body, NK_ISA)
+#define nk_affine_body NK_SFX(nk_affine_body, NK_ISA)
+#define nk_scalew_body NK_SFX(nk_scalew_body, NK_ISA)
+#define nk_gxh_body NK_SFX(nk_gxh_body, NK_ISA)
+#define nk_dxrow_body NK_SFX(nk_dxrow_body, NK_ISA)
+
+NK_AI nk_v16f nk_vload(const float *p) {
+    nk_v16f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+NK_AI void nk_vstore(float *p, nk_v16f v) { memcpy(p, &v, sizeof v); }
+
+NK_AI nk_v16f nk_vsplat(float f) {
+    const nk_v16f v = {f};
+    return __builtin_shuffle(v, (nk_v16i){0});
+}
+
+NK_AI nk_v16i nk_vbits(nk_v16f v) {
+    nk_v16i i;
+    memcpy(&i, &v, sizeof i);
+    return i;
+}
+
+NK_AI nk_v16f nk_vfloat(nk_v16i i) {
+    nk_v16f v;
+    memcpy(&v, &i, sizeof v);
+    return v;
+}
+
+NK_AI nk_v16f nk_vsel(nk_v16i m, nk_v16f a, nk_v16f b) { return nk_vfloat((m & nk_vbits(a)) | (~m & nk_vbits(b))); }
+
+NK_AI float nk_vhsum(nk_v16f v) {
+    /* Pairwise, so the lane order does not bias the rounding. */
+    float t[16];
+    nk_vstore(t, v);
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int l = 0; l < w; l++) t[l] += t[l + w];
+    return t[0];
+}
+
+NK_AI nk_v16f nk_vexp(nk_v16f x) {
+    nk_v16f out;
+    NK_EXP_BODY(nk_v16f, nk_vsplat, nk_vbits, nk_vfloat, nk_vsel, NK_VLT, NK_VGT, NK_VNE, x, out);
+    return out;
+}
+
+NK_AI nk_v16f nk_vload_bf16(const uint16_t *p) {
+    nk_v16h h;
+    memcpy(&h, p, sizeof h);
+    nk_v16u w = __builtin_convertvector(h, nk_v16u) << 16;
+    return nk_vfloat((nk_v16i)w);
+}
+
+/* nk_f16_to_f32, lane-wise. */
+NK_AI nk_v16f nk_vload_f16(const uint16_t *p) {
+    nk_v16h h;
+    memcpy(&h, p, sizeof h);
+    const nk_v16u w = __builtin_convertvector(h, nk_v16u) << 16;
+    const nk_v16u sign = w & 0x80000000u;
+    const nk_v16u two_w = w + w;
+    const nk_v16f normalized = nk_vfloat((nk_v16i)((two_w >> 4) + (0xE0u << 23))) * nk_vsplat(0x1.0p-112f);
+    const nk_v16f denormalized = nk_vfloat((nk_v16i)((two_w >> 17) | (126u << 23))) - nk_vsplat(0.5f);
+    const nk_v16i is_denormal = (nk_v16i)(two_w < (1u << 27));
+    const nk_v16i r = (nk_v16i)sign | (nk_vbits(denormalized) & is_denormal) | (nk_vbits(normalized) & ~is_denormal);
+    return nk_vfloat(r);
+}
+
+/* nk_f32_to_bf16 (round to nearest even, NaN -> 0x7FC0), lane-wise. */
+NK_AI void nk_vstore_bf16(uint16_t *p, nk_v16f f) {
+    const nk_v16u u = (nk_v16u)nk_vbits(f);
+    const nk_v16u rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const nk_v16u is_nan = (nk_v16u)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const nk_v16u r = (is_nan & 0x7FC0u) | (~is_nan & rounded);
+    nk_v16h h = __builtin_convertvector(r, nk_v16h);
+    memcpy(p, &h, sizeof h);
+}
+
+/* nk_f32_to_f16, lane-wise. */
+NK_AI void nk_vstore_f16(uint16_t *p, nk_v16f f) {
+    const nk_v16u w = (nk_v16u)nk_vbits(f);
+    nk_v16f base = (nk_vfloat((nk_v16i)(w & 0x7FFFFFFFu)) * nk_vsplat(0x1.0p+112f)) * nk_vsplat(0x1.0p-110f);
+    const nk_v16u shl1_w = w + w;
+    const nk_v16u sign = w & 0x80000000u;
+    const nk_v16u exp_bits_in = shl1_w & 0xFF000000u;
+    const nk_v16u small = (nk_v16u)(exp_bits_in < 0x71000000u);
+    const nk_v16u bias = (small & 0x71000000u) | (~small & exp_bits_in);
+    base = nk_vfloat((nk_v16i)((bias >> 1) + 0x07800000u)) + base;
+    const nk_v16u bits = (nk_v16u)nk_vbits(base);
+    const nk_v16u nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    const nk_v16u is_nan = (nk_v16u)(shl1_w > 0xFF000000u);
+    const nk_v16u r = (sign >> 16) | (0x7E00u & is_nan) | (nonsign & ~is_nan);
+    nk_v16h h = __builtin_convertvector(r, nk_v16h);
+    memcpy(p, &h, sizeof h);
+}
+
+/* dst[0..n) = (float) src[i*s] for a float dtype t (f32, bf16, f16). */
+NK_BODY int nk_rgather_body(float *dst, const char *src, int64_t n, int64_t s, nk_dtype t) {
+    int64_t i = 0;
+    if (s == 1 && t == NK_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    }
+    if (s == 1 && t == NK_BF16) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload_bf16((const uint16_t *)src + i));
+    } else if (s == 1 && t == NK_F16) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload_f16((const uint16_t *)src + i));
+    }
+    const size_t es = nk_dtype_size(t);
+    for (; i < n; i++) dst[i] = nk_load_f32(src + i * s * (int64_t)es, t);
+    return 0;
+}
+
+/* dst[i*s] = (t) src[i], rounding like PyTorch. */
+NK_BODY int nk_rscatter_body(char *dst, int64_t s, nk_dtype t, const float *src, int64_t n) {
+    int64_t i = 0;
+    if (s == 1 && t == NK_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return 0;
+    }
+    if (s == 1 && t == NK_BF16) {
+        for (; i + 16 <= n; i += 16) nk_vstore_bf16((uint16_t *)dst + i, nk_vload(src + i));
+    } else if (s == 1 && t == NK_F16) {
+        for (; i + 16 <= n; i += 16) nk_vstore_f16((uint16_t *)dst + i, nk_vload(src + i));
+    }
+    const size_t es = nk_dtype_size(t);
+    for (; i < n; i++) nk_store_f32(dst + i * s * (int64_t)es, t, src[i]);
+    return 0;
+}
+
+/* Sum in float lanes (4 accumulators), the result in double. */
+NK_BODY double nk_sum_body(const float *x, int64_t n) {
+    nk_v16f a0 = nk_vsplat(0), a1 = a0, a2 = a0, a3 = a0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a0 += nk_vload(x + i);
+        a1 += nk_vload(x + i + 16);
+        a2 += nk_vload(x + i + 32);
+        a3 += nk_vload(x + i + 48);
+    }
+    for (; i + 16 <= n; i += 16) a0 += nk_vload(x + i);
+    double s = (double)nk_vhsum((a0 + a1) + (a2 + a3));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+NK_AI nk_v8f nk_vload8(const float *p) {
+    nk_v8f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
+    const int64_t nvec = n / 8, groups = nvec / 4;
+    int64_t lg = 0;
+    while ((INT64_C(1) << lg) < groups) lg++;
+    const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
+    nk_v8f acc[4][4];
+    memset(acc, 0, sizeof acc);
+    const nk_v8f zero = {0};
+    int64_t i = 0;
+    while (i + step <= groups) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+        for (int l = 1; l < 4; l++) {
+            for (int k = 0; k < 4; k++) {
+                acc[l][k] += acc[l - 1][k];
+                acc[l - 1][k] = zero;
+            }
+            if ((i & (mask << (l * power))) != 0) break;
+        }
+    }
+    for (; i < groups; i++)
+        for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+    for (int l = 1; l < 4; l++)
+        for (int k = 0; k < 4; k++) acc[0][k] += acc[l][k];
+    for (int64_t v = groups * 4; v < nvec; v++) acc[0][0] += nk_vload8(x + v * 8);
+    nk_v8f tot = acc[0][0];
+    for (int k = 1; k < 4; k++) tot += acc[0][k];
+    float s = 0;
+    for (int64_t e = nvec * 8; e < n; e++) s += x[e];
+    float lanes[8];
+    memcpy(lanes, &tot, sizeof lanes);
+    for (int l = 0; l < 8; l++) s += lanes[l];
+    return s;
+}
+
+/* Sum of (x - c)^2. */
+NK_BODY double nk_sumsqdev_body(const float *x, int64_t n, float c) {
+    nk_v16f a0 = nk_vsplat(0), a1 = a0;
+    const nk_v16f vc = nk_vsplat(c);
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        nk_v16f d0 = nk_vload(x + i) - vc, d1 = nk_vload(x + i + 16) - vc;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+    }
+    for (; i + 16 <= n; i += 16) {
+        nk_v16f d = nk_vload(x + i) - vc;
+        a0 += d * d;
+    }
+    double s = (double)nk_vhsum(a0 + a1);
+    for (; i < n; i++) s += (double)((x[i] - c) * (x[i] - c));
+    return s;
+}
+
+/* Sum of a[i]*b[i]. */
+NK_BODY double nk_dot_body(const float *a, const float *b, int64_t n) {
+    nk_v16f a0 = nk_vsplat(0), a1 = a0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        a0 += nk_vload(a + i) * nk_vload(b + i);
+        a1 += nk_vload(a + i + 16) * nk_vload(b + i + 16);
+    }
+    for (; i + 16 <= n; i += 16) a0 += nk_vload(a + i) * nk_vload(b + i);
+    double s = (double)nk_vhsum(a0 + a1);
+    for (; i < n; i++) s += (double)(a[i] * b[i]);
+    return s;
+}
+
+/*
+ * Max (or min) with the index of its first occurrence; a NaN wins (the first NaN). Each lane keeps
+ * its best value and the index where it saw it; a strictly better value or a first NaN replaces it.
+ */
+NK_BODY float nk_maxidx_body(const float *x, int64_t n, int is_max, int64_t *idx) {
+    if (n < 16) {
+        float best = x[0];
+        int64_t bi = 0;
+        for (int64_t i = 1; i < n; i++) {
+            const float v = x[i];
+            if (best != best) break;
+            if (v != v || (is_max ? v > best : v < best)) {
+                best = v;
+                bi = i;
+            }
+        }
+        *idx = bi;
+        return best;
+    }
+    nk_v16f bv = nk_vload(x);
+    const nk_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    nk_v16i bi = lane;
+    int64_t i = 16;
+    /* Lane indices are int32: the caller splits rows longer than 2^30. */
+    for (; i + 16 <= n; i += 16) {
+        const nk_v16f v = nk_vload(x + i);
+        const nk_v16i better = is_max ? (v > bv) : (v < bv);
+        const nk_v16i take = better | (NK_VISNAN(v) & ~NK_VISNAN(bv));
+        bv = nk_vsel(take, v, bv);
+        bi = (take & (lane + (int32_t)i)) | (~take & bi);
+    }
+    float tv[16];
+    int32_t ti[16];
+    nk_vstore(tv, bv);
+    memcpy(ti, &bi, sizeof ti);
+    float best = tv[0];
+    int64_t besti = ti[0];
+    for (int l = 1; l < 16; l++) {
+        const float v = tv[l];
+        const bool bn = best != best, vn = v != v;
+        bool take;
+        if (bn || vn)
+            take = vn && (!bn || ti[l] < besti);
+        else
+            take = (is_max ? v > best : v < best) || (v == best && ti[l] < besti);
+        if (take) {
+            best = v;
+            besti = ti[l];
+        }
+    }
+    for (; i < n && best == best; i++) {
+        const float v = x[i];
+        if (v != v || (is_max ? v > best : v < best)) {
+            best = v;
+            besti = i;
+        }
+    }
+    *idx = besti;
+    return best;
+}
+
+/* Max (or min) value only, NaN propagating. */
+NK_BODY float nk_max_body(const float *x, int64_t n, int is_max) {
+    nk_v16f b0 = nk_vsplat(is_max ? -INFINITY : INFINITY), b1 = b0;
+    nk_v16i nan = {0};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const nk_v16f v0 = nk_vload(x + i), v1 = nk_vload(x + i + 16);
+        nan |= NK_VISNAN(v0) | NK_VISNAN(v1);
+        b0 = nk_vsel(is_max ? (v0 > b0) : (v0 < b0), v0, b0);
+        b1 = nk_vsel(is_max ? (v1 > b1) : (v1 < b1), v1, b1);
+    }
+    b0 = nk_vsel(is_max ? (b1 > b0) : (b1 < b0), b1, b0);
+    for (; i + 16 <= n; i += 16) {
+        const nk_v16f v = nk_vload(x + i);
+        nan |= NK_VISNAN(v);
+        b0 = nk_vsel(is_max ? (v > b0) : (v < b0), v, b0);
+    }
+    float t[16];
+    int32_t tn[16];
+    nk_vstore(t, b0);
+    memcpy(tn, &nan, sizeof tn);
+    float best = is_max ? -INFINITY : INFINITY;
+    bool any_nan = false;
+    for (int l = 0; l < 16; l++) {
+        any_nan |= tn[l] != 0;
+        if (is_max ? t[l] > best : t[l] < best) best = t[l];
+    }
+    for (; i < n; i++) {
+        any_nan |= x[i] != x[i];
+        if (is_max ? x[i] > best : x[i] < best) best = x[i];
+    }
+    return any_nan ? NAN : best;
+}
+
+/* dst[i] = exp(x[i] - c) (dst may be x); returns the sum in double. */
+NK_BODY double nk_expsub_body(float *dst, const float *x, int64_t n, float c) {
+    nk_v16f a0 = nk_vsplat(0);
+    const nk_v16f vc = nk_vsplat(c);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const nk_v16f e = nk_vexp(nk_vload(x + i) - vc);
+        if (dst) nk_vstore(dst + i, e);
+        a0 += e;
+    }
+    double s = (double)nk_vhsum(a0);
+    for (; i < n; i++) {
+        const float e = nk_exp_f32(x[i] - c);
+        if (dst) dst[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+/* dst[i] = x[i] * a + b */
+NK_BODY int nk_axpb_body(float *dst, const float *x, int64_t n, float a, float b) {
+    const nk_v16f va = nk_vsplat(a), vb = nk_vsplat(b);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va + vb);
+    for (; i < n; i++) dst[i] = x[i] * a + b;
+    return 0;
+}
+
+/* dst = y * (g - d) */
+NK_BODY int nk_smbwd_body(float *dst, const float *y, const float *g, int64_t n, float d) {
+    const nk_v16f vd = nk_vsplat(d);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(y + i) * (nk_vload(g + i) - vd));
+    for (; i < n; i++) dst[i] = y[i] * (g[i] - d);
+    return 0;
+}
+
+/* dst = g - exp(y) * s */
+NK_BODY int nk_lsmbwd_body(float *dst, const float *y, const float *g, int64_t n, float s) {
+    const nk_v16f vs = nk_vsplat(s);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(g + i) - nk_vexp(nk_vload(y + i)) * vs);
+    for (; i < n; i++) dst[i] = g[i] - nk_exp_f32(y[i]) * s;
+    return 0;
+}
+
+/* dst = (x * a + c) * w + b; w and/or b may be NULL. */
+NK_BODY int nk_affine_body(float *dst, const float *x, int64_t n, float a, float c, const float *w, const float *b) {
+    const nk_v16f va = nk_vsplat(a), vc = nk_vsplat(c);
+    int64_t i = 0;
+    if (w && b) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i) + nk_vload(b + i));
+        for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i] + b[i];
+    } else if (w) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i));
+        for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i];
+    } else if (b) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) + nk_vload(b + i));
+        for (; i < n; i++) dst[i] = (x[i] * a + c) + b[i];
+    } else {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va + vc);
+        for (; i < n; i++) dst[i] = x[i] * a + c;
+    }
+    return 0;
+}
+
+/* dst = x * a * w (RMS norm: the input times rstd, then the weight, as PyTorch rounds it). */
+NK_BODY int nk_scalew_body(float *dst, const float *x, int64_t n, float a, const float *w) {
+    const nk_v16f va = nk_vsplat(a);
+    int64_t i = 0;
+    if (w) {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va) * nk_vload(w + i));
+        for (; i < n; i++) dst[i] = (x[i] * a) * w[i];
+    } else {
+        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va);
+        for (; i < n; i++) dst[i] = x[i] * a;
+    }
+    return 0;
+}
+
+/* g = dy * w (w may be NULL); xh = (x - mu) * r. */
+NK_BODY int nk_gxh_body(float *g, float *xh, const float *dy, const float *w, const float *x, int64_t n, float mu, float r) {
+    const nk_v16f vm = nk_vsplat(mu), vr = nk_vsplat(r);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        nk_v16f d = nk_vload(dy + i);
+        if (w) d *= nk_vload(w + i);
+        nk_vstore(g + i, d);
+        nk_vstore(xh + i, (nk_vload(x + i) - vm) * vr);
+    }
+    for (; i < n; i++) {
+        g[i] = w ? dy[i] * w[i] : dy[i];
+        xh[i] = (x[i] - mu) * r;
+    }
+    return 0;
+}
+
+/* dst = r * (g - a - xh * b) */
+NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n, float r, float a, float b) {
+    const nk_v16f vr = nk_vsplat(r), va = nk_vsplat(a), vb = nk_vsplat(b);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, vr * (nk_vload(g + i) - va - nk_vload(xh + i) * vb));
+    for (; i < n; i++) dst[i] = r * (g[i] - a - xh[i] * b);
+    return 0;
+}
+
+#undef nk_vload
+#undef nk_vstore
+#undef nk_vsplat
+#undef nk_vbits
+#undef nk_vfloat
+#undef nk_vsel
+#undef nk_vhsum
+#undef nk_vexp
+#undef nk_vload_bf16
+#undef nk_vload_f16
+#undef nk_vstore_bf16
+#undef nk_vstore_f16
+#undef nk_vload8
+#undef nk_rgather_body
+#undef nk_rscatter_body
+#undef nk_sum_body
+#undef nk_sum_cascade_body
+#undef nk_sumsqdev_body
+#undef nk_dot_body
+#undef nk_maxidx_body
+#undef nk_max_body
+#undef nk_expsub_body
+#undef nk_axpb_body
+#undef nk_smbwd_body
+#undef nk_lsmbwd_body
+#undef nk_affine_body
+#undef nk_scalew_body
+#undef nk_gxh_body
+#undef nk_dxrow_body
+#undef NK_SFX
+#undef NK_SFX2
