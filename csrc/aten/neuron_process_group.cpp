@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,47 @@ ncl_redop redop_of(const c10d::ReduceOp& op, double* factor, const char* what) {
       TORCH_CHECK(false, what, ": the neuron process group does not support reduce op ",
                   static_cast<int>(op.op_), " (supported: SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM)");
   }
+}
+
+// Gloo has no AVG or PREMUL_SUM: on the Gloo path they become SUM with the factor applied to a copy of
+// the input and the division applied to the result.
+struct GlooReduce {
+  c10d::ReduceOp op;
+  bool avg = false;
+  bool premul = false;
+  double factor = 1.0;
+};
+
+GlooReduce gloo_reduce(const c10d::ReduceOp& op) {
+  GlooReduce g{op};
+  if (op.op_ == c10d::ReduceOp::AVG || op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    g.avg = op.op_ == c10d::ReduceOp::AVG;
+    g.premul = !g.avg;
+    if (g.premul) redop_of(op, &g.factor, "gloo");
+    g.op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  }
+  return g;
+}
+
+void gloo_finish(const GlooReduce& g, std::vector<at::Tensor>& outs, int size) {
+  if (!g.avg) return;
+  // Gloo may finish writing its outputs after wait() returns for some ops: floats use the
+  // pre-multiplication instead (see gloo_reduce_for), so only integer results are divided here.
+  for (auto& t : outs) {
+    if (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type())) t.div_(size);
+    else t.copy_(at::div(t, size, "trunc"));
+  }
+}
+
+// Floating AVG becomes PREMUL_SUM(1/size), applied before the collective.
+GlooReduce gloo_reduce_for(const c10d::ReduceOp& op, const at::Tensor& t, int size) {
+  GlooReduce g = gloo_reduce(op);
+  if (g.avg && (at::isFloatingType(t.scalar_type()) || at::isComplexType(t.scalar_type()))) {
+    g.avg = false;
+    g.premul = true;
+    g.factor = 1.0 / size;
+  }
+  return g;
 }
 
 // A collective that already ran on the calling thread (execution on neuron is synchronous), or a send
@@ -165,6 +207,8 @@ class NeuronBackend : public c10d::Backend {
   void shutdown() override {
     std::lock_guard<std::mutex> g(mu_);
     pending_.clear();
+
+    gloo_pending_.clear();
     ncl_comm_destroy(comm_);
     comm_ = nullptr;
   }
@@ -192,7 +236,17 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->allreduce(in, opts); }))
+    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) {
+          GlooReduce g = gloo_reduce(opts.reduceOp);
+          c10d::AllreduceOptions o = opts;
+          o.reduceOp = g.op;
+          if (g.premul)
+            for (auto& t : in) t.mul_(g.factor);
+          auto w = gloo_->allreduce(in, o);
+          w->wait();
+          gloo_finish(g, in, size_);
+          return w;
+        }))
       return w;
     Call call(this, opts.timeout);
     all_reduce_one(single(tensors, "all_reduce"), opts.reduceOp, "all_reduce");
@@ -201,7 +255,16 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceCoalescedOptions& opts) override {
-    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->allreduce_coalesced(in, opts); }))
+    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) {
+          for (auto& t : in) {
+            std::vector<at::Tensor> one{t};
+            c10d::AllreduceOptions o;
+            o.reduceOp = opts.reduceOp;
+            o.timeout = opts.timeout;
+            allreduce(one, o)->wait();
+          }
+          return done(c10d::OpType::ALLREDUCE_COALESCED, in);
+        }))
       return w;
     Call call(this, opts.timeout);
     for (auto& t : tensors) all_reduce_one(t, opts.reduceOp, "all_reduce_coalesced");
@@ -210,7 +273,22 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
-    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->reduce(in, opts); })) return w;
+    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) {
+          GlooReduce g = gloo_reduce(opts.reduceOp);
+          c10d::ReduceOptions o = opts;
+          o.reduceOp = g.op;
+          std::vector<at::Tensor> saved;
+          for (auto& t : in) saved.push_back(t.clone());
+          if (g.premul)
+            for (auto& t : in) t.mul_(g.factor);
+          auto w = gloo_->reduce(in, o);
+          w->wait();
+          if (opts.rootRank == rank_) gloo_finish(g, in, size_);
+          else  // non-roots keep their input, as on the shared-memory path
+            for (size_t i = 0; i < in.size(); i++) in[i].copy_(saved[i]);
+          return w;
+        }))
+      return w;
     Call call(this, opts.timeout);
     at::Tensor t = single(tensors, "reduce");
     check_root(opts.rootRank, "reduce");
@@ -288,7 +366,17 @@ class NeuronBackend : public c10d::Backend {
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
     if (auto w = maybe_gloo(flat(inputs), outputs, [&](auto&, auto& out) {
-          return gloo_->reduce_scatter(out, inputs, opts);
+          GlooReduce g = gloo_reduce(opts.reduceOp);
+          c10d::ReduceScatterOptions o = opts;
+          o.reduceOp = g.op;
+          std::vector<std::vector<at::Tensor>> in = inputs;
+          if (g.premul)
+            for (auto& l : in)
+              for (auto& t : l) t = t.mul(g.factor);
+          auto w = gloo_->reduce_scatter(out, in, o);
+          w->wait();
+          gloo_finish(g, out, size_);
+          return w;
         }, nullptr, &inputs))
       return w;
     Call call(this, opts.timeout);
@@ -311,7 +399,20 @@ class NeuronBackend : public c10d::Backend {
                                                       const c10d::ReduceScatterOptions& opts) override {
     std::vector<at::Tensor> ins{input}, outs{output};
     if (auto w = maybe_gloo(ins, outs, [&](auto& in, auto& out) {
-          return gloo_->_reduce_scatter_base(out[0], in[0], opts);
+          GlooReduce g = gloo_reduce_for(opts.reduceOp, in[0], size_);
+          if (g.avg) {  // integer AVG: through the list form, whose result is final at wait()
+            std::vector<std::vector<at::Tensor>> lists{in[0].reshape({-1}).chunk(size_)};
+            std::vector<at::Tensor> o1{out[0].view({-1})};
+            return reduce_scatter(o1, lists, opts);
+          }
+          c10d::ReduceScatterOptions o = opts;
+          o.reduceOp = g.op;
+          at::Tensor src = g.premul ? in[0].mul(g.factor) : in[0];
+          std::vector<at::Tensor> dst{out[0]};  // Gloo may rebind its output argument
+          auto w = gloo_->_reduce_scatter_base(out[0], src, o);
+          w->wait();
+          gloo_finish(g, dst, size_);
+          return w;
         }))
       return w;
     Call call(this, opts.timeout);
@@ -323,7 +424,8 @@ class NeuronBackend : public c10d::Backend {
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::ReduceScatterOptions& opts) override {
     if (auto w = maybe_gloo(inputs, outputs, [&](auto& in, auto& out) {
-          return gloo_->reduce_scatter_tensor_coalesced(out, in, opts);
+          for (size_t i = 0; i < in.size(); i++) _reduce_scatter_base(out[i], in[i], opts)->wait();
+          return done(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, out);
         }))
       return w;
     Call call(this, opts.timeout);
@@ -363,7 +465,31 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override {
-    if (auto w = maybe_gloo(inputs, outputs, [&](auto& in, auto& out) { return gloo_->alltoall(out, in, opts); }))
+    if (auto w = maybe_gloo(inputs, outputs, [&](auto& in, auto& out) {
+          // Gloo's alltoall wants equal sizes: run the uneven case as one flat alltoall_base.
+          std::vector<at::Tensor> fi, fo;
+          std::vector<int64_t> si, so;
+          for (auto& t : in) {
+            fi.push_back(t.reshape(-1));
+            si.push_back(t.numel());
+          }
+          for (auto& t : out) {
+            fo.push_back(t.reshape(-1));
+            so.push_back(t.numel());
+          }
+          int64_t total = std::accumulate(so.begin(), so.end(), int64_t{0});
+          at::Tensor flat_in = at::cat(fi);
+          at::Tensor flat_out = at::empty({total}, flat_in.options());
+          std::vector<int64_t> so_arg = so, si_arg = si;  // the callee may consume its split vectors
+          auto w = alltoall_base(flat_out, flat_in, so_arg, si_arg, opts);
+          w->wait();
+          int64_t off = 0;
+          for (size_t r = 0; r < out.size(); r++) {
+            out[r].copy_(flat_out.narrow(0, off, so[r]).view(out[r].sizes()));
+            off += so[r];
+          }
+          return w;
+        }))
       return w;
     Call call(this, opts.timeout);
     TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == static_cast<size_t>(size_),
@@ -443,7 +569,7 @@ class NeuronBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
-    if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->send(in, dst, tag); })) return w;
+    if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->send(t, dst, tag); });
     Call call(this, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "send");
     Buf b = buf(t, "send");
@@ -457,7 +583,7 @@ class NeuronBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
-    if (auto w = maybe_gloo({}, tensors, [&](auto&, auto& out) { return gloo_->recv(out, src, tag); })) return w;
+    if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->recv(t, src, tag); });
     Call call(this, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "recv");
     Buf b = buf(t, "recv");
@@ -568,6 +694,35 @@ class NeuronBackend : public c10d::Backend {
     return c10::make_intrusive<NeuronWork>(rank_, c10d::OpType::UNKNOWN, res);
   }
 
+  static bool tensors_on_cpu(const std::vector<at::Tensor>& v) {
+    for (auto& t : v)
+      if (t.device().is_cpu()) return true;
+    return false;
+  }
+
+  // Point-to-point through Gloo stays asynchronous (isend/irecv pairs must not block each other): the
+  // neuron tensors behind the CPU aliases are kept alive until Gloo's work completes.
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> gloo_p2p(std::vector<at::Tensor>& tensors, F&& fn) {
+    TORCH_CHECK(gloo_, "neuron process group: CPU tensors need the Gloo backend");
+    std::vector<at::Tensor> t;
+    bool neuron = false;
+    for (auto& x : tensors) {
+      neuron |= x.device().is_privateuseone();
+      t.push_back(x.device().is_privateuseone() ? cpu_alias(x) : x);
+    }
+    auto w = fn(t);
+    if (neuron) {
+      std::lock_guard<std::mutex> g(mu_);
+      std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<at::Tensor>>> keep;
+      for (auto& p : gloo_pending_)
+        if (!p.first->isCompleted()) keep.push_back(p);
+      keep.emplace_back(w, tensors);
+      gloo_pending_.swap(keep);
+    }
+    return w;
+  }
+
   c10::intrusive_ptr<c10d::Work> done(c10d::OpType type, const std::vector<at::Tensor>& outs) {
     return c10::make_intrusive<NeuronWork>(rank_, type, outs);
   }
@@ -674,6 +829,7 @@ class NeuronBackend : public c10d::Backend {
   double timeout_s_;
   std::mutex mu_;
   std::vector<Pending> pending_;
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<at::Tensor>>> gloo_pending_;
 };
 
 }  // namespace
