@@ -10,6 +10,7 @@
 namespace torch_neuronx {
 std::map<std::string, std::pair<int64_t, int64_t>> op_counts();
 void reset_op_counts();
+void register_process_group(pybind11::module& m);
 }  // namespace torch_neuronx
 
 using namespace torch_neuronx;
@@ -77,4 +78,5 @@ PYBIND11_MODULE(_C, m) {
     pybind11::gil_scoped_release no_gil;
     return nk_fma_peak_gflops();
   });
+  register_process_group(m);
 }
