@@ -285,13 +285,13 @@ class _Compiler:
         try:
             out = compile_fx(gm, example_inputs, inner_compile=self._inner(shapes), config_patches=self.patches)
         except Exception as e:  # noqa: BLE001
-            if not _may_be_cache_damage(e):
-                raise
-            # A cached artifact that exists but cannot be loaded (truncated kernel, stale file): do not trust
-            # the cache for this graph; compile it afresh into a private directory.
+            # A cached artifact that exists but cannot be loaded (a truncated kernel library, a damaged
+            # wrapper module, a probe result) is not trusted: compile this graph once more, afresh, in a
+            # private directory. A genuine compile error fails again there and is raised from there.
             if not _quiet():
-                print(f"[neuron] compile cache entry unusable ({type(e).__name__}: {str(e)[:200]}); "
-                      "recompiling without the cache", file=sys.stderr, flush=True)
+                print(f"[neuron] compiling with the cache failed ({type(e).__name__}: "
+                      f"{str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}); recompiling without "
+                      "the cache", file=sys.stderr, flush=True)
             out = _compile_uncached(gm, example_inputs, self._inner(shapes), self.patches)
         after = _counter_snapshot()
         if after["aot_hit"] > before["aot_hit"]:
@@ -306,35 +306,62 @@ def _needs_grad(example_inputs: Sequence[Any]) -> bool:
                                            for a in example_inputs)
 
 
-def _may_be_cache_damage(e: BaseException) -> bool:
-    text = f"{type(e).__name__}: {e}"
-    needles = ("invalid ELF header", "file too short", "cannot open shared object", "ImportError",
-               "undefined symbol", "EOFError", "UnpicklingError", "SyntaxError", "ModuleNotFoundError",
-               "No such file")
-    return isinstance(e, (OSError, ImportError, EOFError, SyntaxError)) or any(n in text for n in needles)
+def _clear_isa_probes() -> None:
+    # Inductor memoizes which vector ISAs work by building probe libraries in the cache directory; a
+    # damaged probe makes it believe none does. Probe again.
+    import inspect
+
+    from torch._inductor import cpu_vec_isa
+
+    for obj in list(vars(cpu_vec_isa).values()):
+        if hasattr(obj, "cache_clear"):
+            obj.cache_clear()
+        if inspect.isclass(obj):
+            for attr in vars(obj).values():
+                if hasattr(attr, "cache_clear"):
+                    attr.cache_clear()
 
 
 def _compile_uncached(gm, example_inputs, inner_compile, patches) -> Any:
+    """Compiles in a private, empty directory. If that works where the shared cache failed, the shared
+    cache is damaged: it is moved aside and deleted, so later compiles rebuild it."""
+    import atexit
+    import shutil
     import tempfile
 
     from torch._inductor.compile_fx import compile_fx
-
-    fresh = tempfile.mkdtemp(prefix="recompile-", dir=os.path.join(cache_dir()))
-    prev = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     from torch._inductor.utils import clear_caches
 
+    fresh = tempfile.mkdtemp(prefix="torch_neuronx-recompile-")
+    atexit.register(shutil.rmtree, fresh, True)
+    shared = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = fresh
     clear_caches()
+    _clear_isa_probes()
     try:
         with torch._functorch.config.patch(enable_autograd_cache=False, force_non_lazy_backward_lowering=True):
-            return compile_fx(gm, example_inputs, inner_compile=inner_compile,
-                              config_patches={**patches, "fx_graph_cache": False})
+            out = compile_fx(gm, example_inputs, inner_compile=inner_compile,
+                             config_patches={**patches, "fx_graph_cache": False})
     finally:
-        if prev is None:
+        if shared is None:
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
         else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = prev
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = shared
         clear_caches()
+        _clear_isa_probes()
+    if shared:
+        aside = f"{shared}.damaged-{os.getpid()}-{time.time_ns()}"
+        try:
+            os.rename(shared, aside)  # atomic: other processes see either the old tree or none
+        except OSError:
+            pass
+        else:
+            shutil.rmtree(aside, ignore_errors=True)
+        os.makedirs(shared, exist_ok=True)
+        if not _quiet():
+            print(f"[neuron] the compile cache in {shared} was damaged and has been cleared",
+                  file=sys.stderr, flush=True)
+    return out
 
 
 class _StaticSpecializer:
