@@ -98,8 +98,12 @@ _next_graph = 0
 
 
 def reset_stats() -> None:
-    """Forgets the records of this module (Dynamo's own counters are left alone)."""
+    """Starts the report afresh: forgets the graphs, graph breaks and Dynamo's per-frame records."""
     global _next_graph
+    from torch._dynamo.utils import clear_compilation_metrics, graph_break_reasons
+
+    clear_compilation_metrics()
+    graph_break_reasons.clear()
     with _lock:
         _graphs.clear()
         _graph_breaks.clear()
