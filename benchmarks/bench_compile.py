@@ -126,6 +126,10 @@ def main() -> None:
         return
 
     cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, cache, True)
     os.environ["TORCH_NEURONX_CACHE_DIR"] = cache  # cold: an empty cache
     import torch_neuronx.compiler  # noqa: F401
 
