@@ -1,6 +1,9 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +14,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# Compiled graphs go to a per-session cache, not the user's ~/.cache/torch_neuronx.
+_compile_cache = tempfile.mkdtemp(prefix="torch_neuronx-test-cache-")
+atexit.register(shutil.rmtree, _compile_cache, True)
+os.environ.setdefault("TORCH_NEURONX_CACHE_DIR", _compile_cache)
 
 
 def run_python(code: str, env: dict = None, timeout: int = 300) -> subprocess.CompletedProcess:

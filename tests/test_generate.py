@@ -27,3 +27,21 @@ def test_greedy_tokens_equal_cpu(model_dir, cache):
         outs[dev] = model.generate(**enc.to(dev), max_new_tokens=12, do_sample=False, disable_compile=True,
                                    **kwargs).cpu()
     assert torch.equal(outs["neuron"], outs["cpu"])
+
+
+def test_static_cache_auto_compiles_on_neuron(model_dir):
+    """Transformers compiles generate() on neuron with a static cache (backend "neuron", static shapes)."""
+    import torch_neuronx.compiler as compiler
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    enc = tok.apply_chat_template([{"role": "user", "content": "The future of AI is"}], add_generation_prompt=True,
+                                  return_tensors="pt")
+    cpu = AutoModelForCausalLM.from_pretrained(model_dir, device_map="cpu").eval()
+    ref = cpu.generate(**enc, max_new_tokens=8, do_sample=False, disable_compile=True)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, device_map="neuron").eval()
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    out = model.generate(**enc.to("neuron"), max_new_tokens=8, do_sample=False, cache_implementation="static")
+    assert torch.equal(out.cpu(), ref)
+    s = compiler.stats()
+    assert len(s["graphs"]) == 1 and s["recompiles"] == []  # compiled once, not per token

@@ -1,5 +1,8 @@
 """Registers the neuron device with PyTorch (once per process)."""
 
+import atexit
+import os
+import sys
 import threading
 
 import torch
@@ -24,7 +27,36 @@ def load() -> None:
 
         torch._register_device_module("neuron", device_module)
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+<<<<<<< HEAD
         from .distributed import register as register_distributed
 
         register_distributed()
+=======
+        _register_compiler_hooks()
+>>>>>>> compile
         _loaded = True
+
+
+def _register_compiler_hooks() -> None:
+    """Makes torch.compile work on neuron without importing Dynamo or Inductor now (they cost seconds).
+
+    Dynamo's device interface is registered when Dynamo loads; Inductor finds the neuron code generator
+    through ``torch.neuron.Scheduling`` when it initializes its backends. If either is already loaded
+    (torch_neuronx imported late), registration happens here."""
+    from . import _dynamo_interface
+
+    _dynamo_interface.install()
+    if os.environ.get("TORCH_NEURONX_COMPILE_REPORT", "0") not in ("", "0"):
+        atexit.register(_report_at_exit)
+    if "torch._inductor.codegen.common" in sys.modules:
+        from . import _inductor
+
+        _inductor.register()
+
+
+def _report_at_exit() -> None:
+    if "torch._dynamo" not in sys.modules:
+        return  # nothing was compiled
+    from .compiler import report
+
+    report()

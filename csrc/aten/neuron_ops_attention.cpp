@@ -1,5 +1,7 @@
 // Scaled dot-product attention on neuron: the backend choice and PyTorch's "overrideable" fused SDPA
 // entry points (forward and backward), bound to the C kernels of kernels/attention.c.
+#include <algorithm>
+#include <array>
 #include "aten/neuron_aten.h"
 
 #include <ATen/Context.h>
@@ -99,6 +101,21 @@ at::Tensor u64_scalar(uint64_t v) {
   return t;
 }
 
+// The output layout PyTorch's meta function gives this op (torch.compile checks results against it): the
+// query's layout when the shapes agree, else the query's dimension order with dense strides.
+at::Tensor alloc_like_query(const at::Tensor& q, c10::IntArrayRef shape) {
+  if (q.sizes() == shape) return at::empty_like(q);
+  std::array<int64_t, 4> order{0, 1, 2, 3};
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return q.stride(a) > q.stride(b); });
+  std::array<int64_t, 4> strides{};
+  int64_t stride = 1;
+  for (int i = 3; i >= 0; i--) {
+    strides[order[i]] = stride;
+    stride *= shape[order[i]];
+  }
+  return at::empty_strided(shape, strides, q.options());
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor, at::Tensor, at::Tensor>
 neuron_sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& attn_bias, double dropout_p, bool is_causal,
@@ -109,7 +126,7 @@ neuron_sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Ten
               "supported on neuron");
   c10::DeviceGuard guard(q.device());
   const int64_t B = q.size(0), Hq = q.size(1), Lq = q.size(2), Lk = k.size(2), Dv = v.size(3);
-  at::Tensor out = at::empty({B, Hq, Lq, Dv}, q.options());
+  at::Tensor out = alloc_like_query(q, {B, Hq, Lq, Dv});
   at::Tensor lse = at::empty({B, Hq, Lq}, q.options().dtype(at::kFloat));
   at::Tensor mask = expand_mask(attn_bias, q, k);
   nk_tensor tq = nk_of(q, "query"), tk = nk_of(k, "key"), tv = nk_of(v, "value"), to = nk_of(out, "output"),
@@ -133,8 +150,9 @@ neuron_sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Ten
     seed_t = u64_scalar(a.seed);
     offset_t = u64_scalar(a.offset);
   } else {
-    seed_t = at::empty({0}, at::TensorOptions().dtype(at::kLong));
-    offset_t = at::empty({0}, at::TensorOptions().dtype(at::kLong));
+    // 0-dim like PyTorch's meta function says (values unused without dropout).
+    seed_t = at::zeros({}, at::TensorOptions().dtype(at::kLong));
+    offset_t = at::zeros({}, at::TensorOptions().dtype(at::kLong));
   }
   nk_status st = nk_sdpa_forward(&a, &to, &tl);
   if (st != NK_SUCCESS) raise_kernel_status(st, "scaled_dot_product_attention", q);
@@ -150,9 +168,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> neuron_sdpa_overridea
   NEURON_NATIVE("aten::_scaled_dot_product_fused_attention_overrideable_backward");
   check_inputs(q, k, v);
   c10::DeviceGuard guard(q.device());
-  at::Tensor dq = at::empty_like(q, at::MemoryFormat::Contiguous);
-  at::Tensor dk = at::empty_like(k, at::MemoryFormat::Contiguous);
-  at::Tensor dv = at::empty_like(v, at::MemoryFormat::Contiguous);
+  // Layouts as PyTorch's meta function states them (torch.compile checks results against it).
+  at::Tensor dq = at::empty_like(q);
+  at::Tensor dk = at::empty_like(k);
+  at::Tensor dv = at::empty_like(v);
   if (!grad_out.defined()) return {dq.zero_(), dk.zero_(), dv.zero_(), at::Tensor()};
   at::Tensor go = grad_out.scalar_type() == q.scalar_type() ? grad_out : grad_out.to(q.scalar_type());
   std::optional<at::Tensor> bias;

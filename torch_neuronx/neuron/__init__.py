@@ -188,6 +188,17 @@ def synchronize(device: _device_t = None) -> None:
     _C._synchronize(_device_index(device))
 
 
+def __getattr__(name: str) -> Any:
+    # Inductor looks these up on the device module when it initializes its backends: the neuron code
+    # generator is imported (and registered) only then.
+    if name in ("Scheduling", "PythonWrapperCodegen"):
+        from .. import _inductor
+
+        _inductor.register()
+        return _inductor.CppScheduling if name == "Scheduling" else _inductor.NeuronWrapperCodegen
+    raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
+
+
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device", "device",
     "device_of", "get_device_name", "get_device_properties", "get_device_capability", "is_bf16_supported",

@@ -1,0 +1,181 @@
+"""torch.compile on neuron: decode tokens/s and a training step of a ~100M-parameter Llama (random weights).
+
+Measured in one run: compiled neuron (backend "neuron") vs eager neuron, and vs torch.compile on CPU
+(Inductor); compile seconds with a cold cache vs a warm cache (a second process reusing the cache).
+
+    python benchmarks/bench_compile.py [--layers 12] [--new-tokens 32] [--train-seq 128]
+
+Default config: hidden 768, 12 layers, 12 heads, MLP 3072, vocab 32000 (~110M parameters).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def make_model(layers: int, device: str):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=3072,
+                                   num_hidden_layers=layers, num_attention_heads=12, num_key_value_heads=12,
+                                   max_position_embeddings=1024, tie_word_embeddings=False,
+                                   bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    model.generation_config.pad_token_id = 0
+    model.generation_config.eos_token_id = None  # never stop early: fixed token count
+    return model.to(device)
+
+
+def compile_config(backend: str):
+    from transformers import CompileConfig
+
+    cc = CompileConfig(backend=backend, fullgraph=False, dynamic=False, mode="default")
+    cc._compile_all_devices = True  # Transformers compiles only on accelerators unless asked
+    return cc
+
+
+def generate(model, ids, new_tokens: int, backend):
+    kw = dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, cache_implementation="static")
+    if backend is None:
+        return model.generate(ids, disable_compile=True, **kw)
+    return model.generate(ids, compile_config=compile_config(backend), **kw)
+
+
+def sync(device: str) -> None:
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def bench_decode(model, device: str, backend, new_tokens: int, prompt: int = 16):
+    """Returns (compile seconds or None, tokens/s, tokens)."""
+    ids = torch.randint(3, 32000, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
+    t0 = time.perf_counter()
+    generate(model, ids, 2, backend)  # compiles the decode graph (prefill runs eagerly)
+    sync(device)
+    first = time.perf_counter() - t0
+    generate(model, ids, new_tokens, backend)  # warm-up
+    # Decode rate: difference of two runs cancels prefill and set-up.
+    times = {}
+    for n in (1 + new_tokens // 4, 1 + new_tokens):
+        best = float("inf")
+        for _ in range(3):
+            sync(device)
+            t = time.perf_counter()
+            out = generate(model, ids, n, backend)
+            sync(device)
+            best = min(best, time.perf_counter() - t)
+        times[n] = best
+    lo, hi = sorted(times)
+    tps = (hi - lo) / (times[hi] - times[lo])
+    return first, tps, out[0, prompt:].cpu()
+
+
+def bench_train(model, device: str, backend, seq: int, batch: int = 2, steps: int = 3):
+    """Returns (first step seconds, steady step seconds)."""
+    model.train()
+    fwd = model if backend is None else torch.compile(model, backend=backend, dynamic=False)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    ids = torch.randint(3, 32000, (batch, seq), generator=torch.Generator().manual_seed(1)).to(device)
+
+    def step():
+        loss = fwd(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync(device)
+
+    t = time.perf_counter()
+    step()
+    first = time.perf_counter() - t
+    step()
+    best = float("inf")
+    for _ in range(steps):
+        t = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - t)
+    model.eval()
+    return first, best
+
+
+def warm_compile_child(layers: int) -> None:
+    """Second process: the first compiled decode call with the cache the parent filled."""
+    import torch_neuronx.compiler  # noqa: F401
+
+    model = make_model(layers, "neuron")
+    first, _, _ = bench_decode(model, "neuron", "neuron", new_tokens=2)
+    print(json.dumps({"warm_compile_s": first}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--train-seq", type=int, default=128)
+    ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--warm-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.warm_child:
+        warm_compile_child(args.layers)
+        return
+
+    cache = tempfile.mkdtemp(prefix="bench-compile-cache-")
+    import atexit
+    import shutil
+
+    atexit.register(shutil.rmtree, cache, True)
+    os.environ["TORCH_NEURONX_CACHE_DIR"] = cache  # cold: an empty cache
+    import torch_neuronx.compiler  # noqa: F401
+
+    print(f"Llama hidden 768, {args.layers} layers, 12 heads, MLP 3072, vocab 32000; torch threads "
+          f"{torch.get_num_threads()}; cache {cache}", flush=True)
+    neuron = make_model(args.layers, "neuron")
+    cpu = make_model(args.layers, "cpu")
+    n_params = sum(p.numel() for p in cpu.parameters())
+    print(f"parameters: {n_params / 1e6:.1f}M", flush=True)
+
+    res = {}
+    cold, res["neuron_compiled"], tok_c = bench_decode(neuron, "neuron", "neuron", args.new_tokens)
+    print(f"decode compile, cold cache: {cold:.1f} s", flush=True)
+    _, res["neuron_eager"], tok_e = bench_decode(neuron, "neuron", None, args.new_tokens)
+    cpu_compile, res["cpu_inductor"], tok_cpu = bench_decode(cpu, "cpu", "inductor", args.new_tokens)
+    _, res["cpu_eager"], _ = bench_decode(cpu, "cpu", None, args.new_tokens)
+    print(f"tokens: compiled neuron == eager neuron: {torch.equal(tok_c, tok_e)}; "
+          f"== CPU Inductor: {torch.equal(tok_c, tok_cpu)}")
+    print(f"decode tokens/s (batch 1, {args.new_tokens} new tokens):")
+    for k, v in res.items():
+        print(f"  {k:<16} {v:8.1f}")
+    print(f"  compiled neuron / eager neuron : {res['neuron_compiled'] / res['neuron_eager']:.2f}x (target >= 1.3)")
+    print(f"  compiled neuron / CPU Inductor : {res['neuron_compiled'] / res['cpu_inductor']:.2f}x (target >= 1.0)")
+
+    env = dict(os.environ)
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, os.path.abspath(__file__), "--warm-child", "--layers", str(args.layers)],
+                       env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(r.stderr[-3000:])
+        raise SystemExit("warm-cache child failed")
+    warm = json.loads(r.stdout.strip().splitlines()[-1])["warm_compile_s"]
+    print(f"decode compile: cold {cold:.1f} s, warm cache (second process) {warm:.1f} s: "
+          f"{warm / cold:.2f}x of cold (target <= 0.2); CPU Inductor cold-ish {cpu_compile:.1f} s")
+
+    if not args.skip_train:
+        print(f"training step (batch 2 x {args.train_seq} tokens, SGD), seconds:", flush=True)
+        tr = {}
+        tr["neuron_eager"] = bench_train(neuron, "neuron", None, args.train_seq)
+        tr["neuron_compiled"] = bench_train(neuron, "neuron", "neuron", args.train_seq)
+        tr["cpu_inductor"] = bench_train(cpu, "cpu", "inductor", args.train_seq)
+        for k, (first, step) in tr.items():
+            print(f"  {k:<16} step {step:7.3f} s   (first step incl. compile {first:6.1f} s)")
+        print(f"  compiled neuron vs eager neuron : {tr['neuron_eager'][1] / tr['neuron_compiled'][1]:.2f}x faster")
+        print(f"  compiled neuron vs CPU Inductor : {tr['cpu_inductor'][1] / tr['neuron_compiled'][1]:.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Inductor code generation for ``neuron``.
+
+Device memory is addressable from the host, so Inductor's C++ CPU kernels run on it unchanged: the
+scheduler is Inductor's ``CppScheduling`` and the wrapper passes neuron tensors to the compiled kernels,
+which read their data pointers. Buffers the wrapper allocates are neuron tensors (``empty_strided`` on
+the neuron device, so they come from the device's caching allocator). Extern kernels (mm, addmm, bmm,
+attention...) stay calls into ATen operators on neuron tensors, which reach our native kernels through
+the dispatcher.
+
+Imported lazily: Inductor asks ``torch.neuron`` for ``Scheduling`` and the wrapper classes when it first
+initializes its device backends (see ``torch.neuron.__getattr__``), and this module registers everything
+the device needs at that moment.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from torch._inductor.codegen.common import (
+    DeviceOpOverrides,
+    get_scheduling_for_device,
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
+
+from . import _dynamo_interface
+
+_lock = threading.Lock()
+_registered = False
+
+
+class NeuronDeviceOpOverrides(DeviceOpOverrides):
+    """Python snippets the wrapper emits for device management."""
+
+    def import_get_raw_stream_as(self, name: str) -> str:
+        # Kernels run synchronously on the calling thread; there is no stream handle to pass.
+        return f"def {name}(_):\n    return 0\n"
+
+    def set_device(self, device_idx: int) -> str:
+        return f"torch.neuron.set_device({device_idx})"
+
+    def synchronize(self) -> str:
+        return "torch.neuron.synchronize()"
+
+    def device_guard(self, device_idx: int) -> str:
+        return f"torch.neuron.device({device_idx})"
+
+    def cpp_kernel_type(self) -> str:
+        return "void*"
+
+
+class NeuronWrapperCodegen(PythonWrapperCodegen):
+    """Python wrapper whose generated C++ kernels are called like CPU kernels, on neuron tensors."""
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        if is_subgraph:
+            return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+        return NeuronWrapperCodegen()
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, **kwargs):
+        from torch._inductor.virtualized import V
+
+        device = device or V.graph.get_current_device_or_throw()
+        if device.type == "neuron" and not kwargs.get("triton", True):
+            # A C++ kernel: a direct call with the tensors, exactly as on CPU.
+            device = torch.device("cpu")
+        super()._generate_kernel_call_helper(kernel_name, call_args, device=device, **kwargs)
+
+
+def _treat_neuron_as_cpp_device() -> None:
+    """Inductor asks "is this CPU?" where it means "is this C++ code generation?" (fusion heuristics and
+    loop reindexing that only hold for its SIMD/Triton kernels, realization thresholds tuned for C++).
+    Neuron kernels are those C++ kernels, so these predicates must answer yes for neuron too; the checks
+    about memory (allocation, pinning, cross-device copies) compare ``device.type`` directly and stay
+    untouched."""
+    from torch._inductor import ir, scheduler
+
+    if getattr(ir.is_cpu, "_neuron", False):
+        return
+    cpu_like = ("cpu", "neuron")
+    get_device_type = ir.get_device_type
+
+    def is_cpu(x) -> bool:
+        return get_device_type(x) in cpu_like
+
+    is_cpu._neuron = True
+    ir.is_cpu = is_cpu
+
+    def node_is_cpu(self) -> bool:
+        device = self.get_device()
+        return device is not None and device.type in cpu_like
+
+    scheduler.BaseSchedulerNode.is_cpu = node_is_cpu
+
+    # Which code generator serves the current device: for neuron it is the C++ one (unknown devices would
+    # otherwise be taken for Triton GPUs). Patched where the function was imported by name.
+    import importlib
+
+    from torch._inductor import config, utils
+
+    base = utils.get_current_backend
+
+    def get_current_backend(device_type=None) -> str:
+        if not device_type:
+            from torch._inductor.virtualized import V
+
+            device_type = V.graph.get_current_device_or_throw().type
+        if device_type == "neuron":
+            return config.cpu_backend
+        return base(device_type)
+
+    for name in ("torch._inductor.utils", "torch._inductor.codegen.common", "torch._inductor.scheduler",
+                 "torch._inductor.kernel.mm_common"):
+        mod = importlib.import_module(name)
+        if getattr(mod, "get_current_backend", None) is base:
+            mod.get_current_backend = get_current_backend
+
+
+def register() -> None:
+    """Registers the neuron codegen with Inductor and the device interface with Dynamo (idempotent)."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        _dynamo_interface.install()
+        _treat_neuron_as_cpp_device()
+        register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
+        if get_scheduling_for_device("neuron") is None:
+            register_backend_for_device("neuron", CppScheduling, NeuronWrapperCodegen)
+        _registered = True
