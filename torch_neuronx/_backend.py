@@ -27,13 +27,10 @@ def load() -> None:
 
         torch._register_device_module("neuron", device_module)
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-<<<<<<< HEAD
         from .distributed import register as register_distributed
 
         register_distributed()
-=======
         _register_compiler_hooks()
->>>>>>> compile
         _loaded = True
 
 
