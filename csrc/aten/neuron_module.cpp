@@ -11,6 +11,7 @@ namespace torch_neuronx {
 std::map<std::string, std::pair<int64_t, int64_t>> op_counts();
 void reset_op_counts();
 void register_process_group(pybind11::module& m);
+void route_composite_ops_to_cpu();
 }  // namespace torch_neuronx
 
 using namespace torch_neuronx;
@@ -20,6 +21,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("_init", [] {
     ensure_init();
+    route_composite_ops_to_cpu();
     // The kernel pool uses as many threads as PyTorch's CPU kernels: they never run at the same time.
     nk_threads_set(at::get_num_threads());
   });

@@ -117,6 +117,25 @@ namespace {
 
 void noop_delete(void*) {}
 
+// The allocator of alias storages: device memory, labelled CPU. A CPU kernel that resizes an alias
+// storage then makes CPU-device views of the new memory, as it would of its own allocations.
+struct AliasAllocator final : public c10::Allocator {
+  at::DataPtr allocate(size_t nbytes) override {
+    at::DataPtr p = neuron_allocator()->allocate(nbytes);
+    p.unsafe_set_device(at::Device(at::kCPU));
+    return p;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return neuron_allocator()->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    neuron_allocator()->copy_data(dest, src, count);
+  }
+};
+
+c10::Allocator* alias_allocator() {
+  static AliasAllocator a;
+  return &a;
+}
+
 // CPU aliases of neuron storages for one fallback call. Tensors sharing a neuron storage share one
 // alias storage, so PyTorch's CPU overlap checks see them as the same memory. The alias storage is
 // resizable with the neuron allocator, so a CPU kernel that resizes an out= argument allocates device
@@ -134,7 +153,7 @@ struct AliasSet {
       if (e.neuron.unsafeGetStorageImpl() == s.unsafeGetStorageImpl()) return e.alias;
     void* p = s.unsafeGetStorageImpl()->mutable_data();
     c10::Storage alias(c10::Storage::use_byte_size_t(), s.nbytes(),
-                       at::DataPtr(p, p, &noop_delete, at::Device(at::kCPU)), neuron_allocator(), /*resizable=*/true);
+                       at::DataPtr(p, p, &noop_delete, at::Device(at::kCPU)), alias_allocator(), /*resizable=*/true);
     entries.push_back({s, std::move(alias), p, s.nbytes()});
     return entries.back().alias;
   }
@@ -177,6 +196,7 @@ struct AliasSet {
         n->set_nbytes(nbytes);
         continue;
       }
+      fresh.unsafe_set_device(e.neuron.device());
       n->set_data_ptr_noswap(std::move(fresh));
       n->set_nbytes(nbytes);
     }
@@ -601,6 +621,16 @@ bool fallback_forbidden() {
   return forbidden;
 }
 
+// Counts a call that runs a CPU kernel in place of a missing neuron kernel, like the fallback does.
+void count_cpu_run(const char* op) {
+  static thread_local std::unordered_map<const char*, OpCount*> slots;
+  OpCount*& slot = slots[op];
+  if (!slot) slot = &count_slot(op);
+  slot->fallback.fetch_add(1, std::memory_order_relaxed);
+  TORCH_CHECK(!fallback_forbidden(), "neuron: operator ", op, " has no native neuron kernel and "
+              "TORCH_NEURONX_DISABLE_FALLBACK is set, which forbids running it on the CPU");
+}
+
 bool is_optional_generator(const c10::Argument& arg) {
   const auto& t = arg.type();
   if (t->kind() == c10::TypeKind::GeneratorType) return true;
@@ -655,6 +685,9 @@ struct FallbackCall {
       if (p.second.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return p.first;
     for (auto& t : cpu_inputs)
       if (t.unsafeGetTensorImpl() == r.unsafeGetTensorImpl()) return r;
+    TORCH_CHECK(r.layout() == at::kStrided && !r.is_quantized(), "neuron: this operator returns a ", r.layout(),
+                r.is_quantized() ? " quantized" : "", " tensor; neuron tensors support only the strided layout "
+                "and non-quantized dtypes");
     at::Tensor v = aliases.neuron_view(r);
     if (v.defined()) return v;
     // A new CPU result: the one copy this fallback makes.
@@ -745,6 +778,81 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 }
 
 }  // namespace
+
+// Convolution picks its implementation by device type and sends devices it does not know to
+// convolution_overrideable (and its backward); neuron runs PyTorch's CPU convolution on the aliases.
+at::Tensor neuron_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                                           at::IntArrayRef output_padding, int64_t groups) {
+  count_cpu_run("aten::convolution_overrideable");
+  FallbackCall call;
+  at::Tensor in = call.in(input), w = call.in(weight);
+  std::optional<at::Tensor> b;
+  if (bias.has_value() && bias->defined()) b = call.in(*bias);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  at::Tensor r;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    r = at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups);
+  }
+  return call.out(r);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  count_cpu_run("aten::convolution_backward_overrideable");
+  FallbackCall call;
+  at::Tensor go = call.in(grad_output), in = call.in(input), w = call.in(weight);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  int64_t bias_size = grad_output.dim() > 1 ? grad_output.size(1) : 0;
+  at::OptionalIntArrayRef bias_sizes;
+  if (output_mask[2]) bias_sizes = at::IntArrayRef(&bias_size, 1);
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> r;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    r = at::convolution_backward(go, in, w, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                                 groups, output_mask);
+  }
+  return {call.out(std::get<0>(r)), call.out(std::get<1>(r)), call.out(std::get<2>(r))};
+}
+
+// An operator with both a CPU kernel and a CompositeExplicitAutograd kernel would run the composite one
+// on neuron (the dispatcher prefers it to a backend fallback): a decomposition whose intermediate
+// roundings differ from CPU (e.g. native_layer_norm, addr in bfloat16). Such operators get the CPU
+// kernel through the fallback instead, unless a native neuron kernel is registered. Runs once, after
+// every static registration of the extension.
+// Registrations made here yield to native kernels registered statically by the families' files.
+void route_composite_ops_to_cpu() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                          __FILE__, __LINE__);
+    auto& d = c10::Dispatcher::singleton();
+    auto has_neuron_kernel = [&](const char* name) {
+      auto op = d.findOp(c10::OperatorName(std::string("aten::") + name, ""));
+      return op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
+    };
+    if (!has_neuron_kernel("convolution_overrideable"))
+      lib->impl("convolution_overrideable", TORCH_FN(neuron_convolution_overrideable));
+    if (!has_neuron_kernel("convolution_backward_overrideable"))
+      lib->impl("convolution_backward_overrideable", TORCH_FN(neuron_convolution_backward_overrideable));
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = d.findOp(name);
+      if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+        continue;
+      std::string full = name.name.substr(6);
+      if (!name.overload_name.empty()) full += "." + name.overload_name;
+      lib->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+    }
+  });
+}
+
 }  // namespace torch_neuronx
 
 using namespace torch_neuronx;
@@ -778,6 +886,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", neuron_native_dropout);
   m.impl("record_stream", neuron_record_stream);
   m.impl("_has_compatible_shallow_copy_type", neuron_has_compatible_shallow_copy_type);
+}
+
+// PyTorch's copy_ hands copies that involve a neuron tensor to _copy_from. Its conjugate and negative
+// view fallbacks would materialise a conj/neg source with clone, itself a copy_, hence _copy_from again,
+// without end; the neuron copy handles both bits itself (on CPU aliases that keep them).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -1,0 +1,118 @@
+"""A fixed subset of the OpInfo conformance sweep (torch_neuronx.tools.opinfo_sweep) for CI: the operators
+that LLM and diffusion models use, every dtype of the sweep the op supports on CPU, the first samples of
+each. Every sample that runs on CPU must give the same result on neuron (outputs, in-place arguments,
+aliasing, gradients).
+
+In process by default (fast); TORCH_NEURONX_SWEEP_ISOLATE=1 runs the subset in worker processes, so a
+crash is reported as one failing sample instead of ending the test session."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("expecttest", reason="torch.testing._internal needs expecttest (in requirements.txt)")
+
+from torch_neuronx.tools import opinfo_sweep as sweep  # noqa: E402
+
+OPS = [
+    "add", "mul", "sub", "div.no_rounding_mode", "div.floor_rounding", "matmul", "mm", "bmm", "addmm",
+    "nn.functional.linear", "softmax", "log_softmax", "nn.functional.silu", "nn.functional.gelu",
+    "nn.functional.relu", "nn.functional.layer_norm", "nn.functional.rms_norm", "nn.functional.group_norm",
+    "nn.functional.embedding", "nn.functional.cross_entropy", "nn.functional.nll_loss", "sum", "mean",
+    "amax", "max.reduction_with_dim", "max.reduction_no_dim", "argmax", "var", "std", "cumsum", "logsumexp",
+    "where", "masked_fill", "clamp", "pow", "exp", "log", "rsqrt", "sqrt", "sin", "cos", "tanh", "sigmoid",
+    "cat", "index_select", "gather", "scatter", "scatter_add", "index_put", "index_copy", "index_add", "topk",
+    "sort", "nonzero", "triu", "tril", "arange", "nn.functional.scaled_dot_product_attention",
+    "nn.functional.conv2d", "nn.functional.interpolate.nearest", "nn.functional.interpolate.bilinear", "to",
+    "contiguous", "clone", "transpose", "reshape", "expand",
+]
+MAX_SAMPLES = 6  # per op and dtype: keeps the subset within CI's budget
+FAILING = ("mismatch", "error", "crash")
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return {op.full_name: op for op in sweep.load_op_db()}
+
+
+@pytest.fixture(scope="module")
+def isolated_records(ops):
+    if os.environ.get("TORCH_NEURONX_SWEEP_ISOLATE", "0") in ("", "0"):
+        return None
+    units = sweep.select_units(list(ops.values()), OPS, max_samples=MAX_SAMPLES)
+    by_op = {}
+    for rec in sweep.run_isolated(units):
+        by_op.setdefault(rec["op"], []).append(rec)
+    return by_op
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_opinfo_matches_cpu(name, ops, isolated_records):
+    op = ops[name]
+    if isolated_records is not None:
+        records = isolated_records.get(name, [])
+    else:
+        records = [rec for d in sweep.op_dtypes(op, list(sweep.DTYPES))
+                   for rec in sweep.run_unit(op, d, max_samples=MAX_SAMPLES)]
+    assert records, f"{name}: no samples ran"
+    bad = [f"{r['dtype']} sample {r['sample']} ({r['variant']}): {r['status']}: {r['msg']}"
+           for r in records if r["status"] in FAILING]
+    assert not bad, f"{name}: {len(bad)} of {len(records)} samples differ from CPU:\n" + "\n".join(bad[:10])
+    # The subset is chosen so that every op has samples that actually compare.
+    assert any(r["status"] == "pass" for r in records), f"{name}: nothing compared: {records[0]['msg']}"
+
+
+# ---- the sweep's own machinery ----------------------------------------------------------------------
+
+def test_compare_detects_differences():
+    a = torch.arange(6.0).reshape(2, 3)
+    n = a.to("neuron")
+    sweep.compare(n, a, 1e-5, 1e-6)
+    sweep.compare([n, 2.0, (torch.Size([2]), "x")], [a, 2.0, (torch.Size([2]), "x")], 0, 0)
+    with pytest.raises(sweep.Mismatch, match="not close"):
+        sweep.compare(n + 1e-3, a, 1e-5, 1e-6)
+    with pytest.raises(sweep.Mismatch, match="expected a neuron tensor"):
+        sweep.compare(a.clone(), a, 1e-5, 1e-6)
+    with pytest.raises(sweep.Mismatch, match="dtype"):
+        sweep.compare(n.double(), a, 1e-5, 1e-6)
+    with pytest.raises(sweep.Mismatch):
+        sweep.compare((n,), (a, a), 0, 0)
+    nan = torch.tensor([float("nan"), 1.0])
+    sweep.compare(nan.to("neuron"), nan, 0, 0)
+
+
+def test_mover_keeps_layout_and_sharing():
+    base = torch.arange(24.0).reshape(4, 6)
+    t, view = base.t()[1:, ::2], base[1]
+    expanded = torch.arange(3.0).expand(4, 3)
+    m = sweep.Mover("neuron")
+    nt, nv, ne = m([t, view, expanded])
+    for c, d in ((t, nt), (view, nv), (expanded, ne)):
+        assert d.device.type == "neuron"
+        assert (d.shape, d.stride(), d.storage_offset()) == (c.shape, c.stride(), c.storage_offset())
+        assert torch.equal(d.cpu(), c)
+    assert nt.untyped_storage().data_ptr() == nv.untyped_storage().data_ptr()
+    assert m({"device": "cpu", "x": torch.device("cpu")}) == {"device": "neuron", "x": torch.device("neuron")}
+
+
+def test_alias_sets():
+    x = torch.randn(4, 4)
+    y = torch.randn(4)
+    assert sweep.alias_sets([x.t(), x + 1, y[1:]], [x, y]) == [frozenset({0}), frozenset(), frozenset({1})]
+
+
+@pytest.mark.parametrize("kind", ["abort", "hang"])
+def test_isolation_records_crash_and_continues(kind, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_SWEEP_FAULT", f"add/int64/1/{kind}")
+    units = [{"op": "add", "dtype": "int64", "start": 0, "max": 2},
+             {"op": "mul", "dtype": "int64", "start": 0, "max": 1}]
+    records = sweep.run_isolated(units, timeout=20 if kind == "hang" else 60)
+    got = [(r["op"], r["case"], r["status"]) for r in records]
+    assert got[0] == ("add", 0, "pass")
+    assert got[1] == ("add", 1, "crash")
+    assert ("SIGABRT" if kind == "abort" else "timeout") in records[1]["msg"]
+    # The sweep went on: the rest of the unit in a new worker, then the next unit.
+    assert [g for g in got[2:] if g[2] != "pass"] == []
+    assert {g[0] for g in got[2:]} == {"add", "mul"}
