@@ -108,7 +108,7 @@ def test_isolation_records_crash_and_continues(kind, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_SWEEP_FAULT", f"add/int64/1/{kind}")
     units = [{"op": "add", "dtype": "int64", "start": 0, "max": 2},
              {"op": "mul", "dtype": "int64", "start": 0, "max": 1}]
-    records = sweep.run_isolated(units, timeout=20 if kind == "hang" else 60)
+    records = sweep.run_isolated(units, timeout=10 if kind == "hang" else 60)
     got = [(r["op"], r["case"], r["status"]) for r in records]
     assert got[0] == ("add", 0, "pass")
     assert got[1] == ("add", 1, "crash")

@@ -821,7 +821,7 @@ def kernel_column(s):
     return "fallback (" + ", ".join(names) + (", ..." if len(s["fallback"]) > 2 else "") + ")"
 
 
-def write_markdown(path, records, title_note=""):
+def write_markdown(path, records, title_note="", notes=()):
     ops = summarize(records)
     tot = totals(records)
     comparable = tot["pass"] + tot["mismatch"] + tot["error"] + tot["crash"]
@@ -846,8 +846,12 @@ def write_markdown(path, records, title_note=""):
     if failing:
         lines += ["## Failing ops", ""]
         for name, s in failing:
-            lines.append(f"- `{name}`: {_md_escape(s['first_failure'][:200])}")
+            c = s["counts"]
+            lines.append(f"- `{name}` ({c['mismatch']} mismatch, {c['error']} error, {c['crash']} crash): "
+                         f"{_md_escape(s['first_failure'][:200])}")
         lines.append("")
+    for note in notes:
+        lines += [note, ""]
     lines += ["## Per op", "",
               "| op | dtypes | pass | mismatch | error | crash | skipped | kernels | first failure |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -918,6 +922,7 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=SAMPLE_TIMEOUT, help="seconds per sample")
     p.add_argument("--out", default="opinfo_sweep", help="output stem: <out>.jsonl, <out>.json")
     p.add_argument("--md", default=None, help="markdown table (default docs/opinfo_sweep.md for a full sweep)")
+    p.add_argument("--note", action="append", default=[], help="a paragraph for the markdown (repeatable)")
     p.add_argument("--report", help="comma-separated .jsonl files: merge them into the reports, run nothing")
     p.add_argument("--in-process", action="store_true", help="no worker processes (a crash ends the sweep)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every non-passing sample")
@@ -965,7 +970,7 @@ def main(argv=None):
     write_json(a.out + ".json", records)
     md = a.md or (os.path.join("docs", "opinfo_sweep.md") if not (a.ops or a.op_range) else None)
     if md:
-        write_markdown(md, records)
+        write_markdown(md, records, notes=a.note)
         print(f"wrote {md}", file=sys.stderr)
     print_totals(records)
     return 0
