@@ -8,7 +8,6 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/native/DistributionTemplates.h>
 #include <ATen/native/Resize.h>
-#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -820,24 +819,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_convolution_backward_overr
   return {call.out(std::get<0>(r)), call.out(std::get<1>(r)), call.out(std::get<2>(r))};
 }
 
-// scaled_dot_product_attention asks a per-device stub which implementation to run and takes the
-// unfused math path on devices without one. Neuron makes the choice CPU would make for the same
-// inputs, so attention runs CPU's fused kernel (through the fallback) and matches CPU's numerics.
-int64_t neuron_fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
-                                const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
-                                std::optional<double> scale, bool enable_gqa) {
-  FallbackCall call;
-  // The choice depends on which inputs require grad: the aliases say so too.
-  auto in = [&](const at::Tensor& t) {
-    at::Tensor a = call.in(t);
-    if (t.requires_grad() && a.is_floating_point()) a.requires_grad_(true);
-    return a;
-  };
-  std::optional<at::Tensor> mask;
-  if (attn_mask.has_value() && attn_mask->defined()) mask = in(*attn_mask);
-  return at::_fused_sdp_choice(in(query), in(key), in(value), mask, dropout_p, is_causal, scale, enable_gqa);
-}
-
 // An operator with both a CPU kernel and a CompositeExplicitAutograd kernel would run the composite one
 // on neuron (the dispatcher prefers it to a backend fallback): a decomposition whose intermediate
 // roundings differ from CPU (e.g. native_layer_norm, addr in bfloat16). Such operators get the CPU
@@ -873,11 +854,6 @@ void route_composite_ops_to_cpu() {
 }
 
 }  // namespace torch_neuronx
-
-// A native attention kernel family takes over this choice here (one registration per stub).
-namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::neuron_fused_sdp_choice)
-}
 
 using namespace torch_neuronx;
 
