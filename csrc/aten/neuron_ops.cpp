@@ -117,10 +117,30 @@ namespace {
 
 void noop_delete(void*) {}
 
+// Resizes of alias storages allocate device memory, but the DataPtr must say CPU while the alias is a CPU
+// tensor: views created from the resized storage (a reduction restriding its out= argument) take their
+// device from it, and a neuron device there would fail PyTorch's same-device checks.
+struct AliasResizeAllocator final : c10::Allocator {
+  at::DataPtr allocate(size_t n) override {
+    at::DataPtr p = neuron_allocator()->allocate(n);
+    p.unsafe_set_device(at::Device(at::kCPU));
+    return p;
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return neuron_allocator()->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    neuron_allocator()->copy_data(dest, src, count);
+  }
+};
+
+c10::Allocator* alias_resize_allocator() {
+  static AliasResizeAllocator a;
+  return &a;
+}
+
 // CPU aliases of neuron storages for one fallback call. Tensors sharing a neuron storage share one
 // alias storage, so PyTorch's CPU overlap checks see them as the same memory. The alias storage is
 // resizable with the neuron allocator, so a CPU kernel that resizes an out= argument allocates device
-// memory, which is handed back to the neuron storage afterwards.
+// memory (with a CPU-device DataPtr while it is aliased), which is handed back to the neuron storage.
 struct AliasSet {
   struct Entry {
     c10::Storage neuron, alias;
@@ -134,7 +154,8 @@ struct AliasSet {
       if (e.neuron.unsafeGetStorageImpl() == s.unsafeGetStorageImpl()) return e.alias;
     void* p = s.unsafeGetStorageImpl()->mutable_data();
     c10::Storage alias(c10::Storage::use_byte_size_t(), s.nbytes(),
-                       at::DataPtr(p, p, &noop_delete, at::Device(at::kCPU)), neuron_allocator(), /*resizable=*/true);
+                       at::DataPtr(p, p, &noop_delete, at::Device(at::kCPU)), alias_resize_allocator(),
+                       /*resizable=*/true);
     entries.push_back({s, std::move(alias), p, s.nbytes()});
     return entries.back().alias;
   }
@@ -177,6 +198,7 @@ struct AliasSet {
         n->set_nbytes(nbytes);
         continue;
       }
+      fresh.unsafe_set_device(e.neuron.device());
       n->set_data_ptr_noswap(std::move(fresh));
       n->set_nbytes(nbytes);
     }
@@ -744,6 +766,58 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   for (size_t i = stack->size() - nret; i < stack->size(); ++i) (*stack)[i] = call.out((*stack)[i]);
 }
 
+// PyTorch sends convolutions on out-of-tree devices to the *_overrideable ops, whose CPU kernels only
+// raise; like any fallback op, they run PyTorch's CPU convolution on the aliased memory instead.
+void count_fallback(const char* op) {
+  static thread_local std::unordered_map<const char*, OpCount*> slots;
+  auto it = slots.find(op);
+  if (it == slots.end()) it = slots.emplace(op, &count_slot(op)).first;
+  it->second->fallback.fetch_add(1, std::memory_order_relaxed);
+  TORCH_CHECK(!fallback_forbidden(), "neuron: operator ", op, " has no native neuron kernel and "
+              "TORCH_NEURONX_DISABLE_FALLBACK is set, which forbids running it on the CPU");
+}
+
+struct CpuCallScope {
+  c10::DeviceGuard guard;
+  explicit CpuCallScope(c10::DeviceIndex device) : guard(c10::Device(c10::DeviceType::PrivateUse1, device)) {
+    nrn_stream_id stream = NRN_STREAM_DEFAULT;
+    NRN_CHECK(nrn_stream_get_current(device, &stream));
+    NRN_CHECK(nrn_stream_submit(device, stream));
+  }
+};
+
+at::Tensor neuron_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                                           at::IntArrayRef output_padding, int64_t groups) {
+  count_fallback("aten::convolution_overrideable");
+  FallbackCall call;
+  at::Tensor in = call.in(input), w = call.in(weight);
+  std::optional<at::Tensor> b;
+  if (bias.has_value() && bias->defined()) b = call.in(*bias);
+  if (call.device < 0) call.device = current_device();
+  CpuCallScope scope(call.device);
+  at::Tensor r = at::convolution(in, w, b, stride, padding, dilation, transposed, output_padding, groups);
+  call.aliases.adopt_resized();
+  return call.out(r);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  count_fallback("aten::convolution_backward_overrideable");
+  FallbackCall call;
+  at::Tensor g = call.in(grad_output), in = call.in(input), w = call.in(weight);
+  if (call.device < 0) call.device = current_device();
+  CpuCallScope scope(call.device);
+  std::vector<int64_t> bias_sizes{grad_output.size(1)};
+  auto r = at::convolution_backward(g, in, w, output_mask[2] ? at::OptionalIntArrayRef(bias_sizes) : std::nullopt,
+                                    stride, padding, dilation, transposed, output_padding, groups, output_mask);
+  call.aliases.adopt_resized();
+  return {call.out(std::get<0>(r)), call.out(std::get<1>(r)), call.out(std::get<2>(r))};
+}
+
 }  // namespace
 }  // namespace torch_neuronx
 
@@ -778,6 +852,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", neuron_native_dropout);
   m.impl("record_stream", neuron_record_stream);
   m.impl("_has_compatible_shallow_copy_type", neuron_has_compatible_shallow_copy_type);
+  m.impl("convolution_overrideable", neuron_convolution_overrideable);
+  m.impl("convolution_backward_overrideable", neuron_convolution_backward_overrideable);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

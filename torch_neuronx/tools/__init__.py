@@ -1,0 +1,1 @@
+"""Command-line tools: ``python -m torch_neuronx.tools.<name>``."""
