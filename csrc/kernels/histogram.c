@@ -73,7 +73,7 @@ static void nk_histc_elem(void *vctx, const char *p) {
     if (v < c->min || v > c->max)
         return;
     /* 128-bit product: (v - min) * bins cannot overflow. */
-    int64_t bin = (int64_t)(((__int128)(v - c->min) * c->bins) / (__int128)(c->max - c->min));
+    int64_t bin = (int64_t)((((__int128)v - c->min) * c->bins) / ((__int128)c->max - c->min));
     if (bin == c->bins)
         bin = c->bins - 1;
     c->counts[bin]++;
@@ -99,8 +99,10 @@ nk_status nk_histc_int(const nk_tensor *hist, const nk_tensor *src, int64_t min,
         max = mm.hi;
     }
     if (min == max) {
-        min -= 1;
-        max += 1;
+        if (min > INT64_MIN)
+            min -= 1;
+        if (max < INT64_MAX)
+            max += 1;
     }
     memset(counts, 0, (size_t)bins * sizeof *counts);
     nk_histc_ctx c = {src->dtype, min, max, bins, counts};
