@@ -442,6 +442,8 @@ def run_arch(model_type: str, report: Callable[[str], None] = lambda phase: None
 
 
 def _child(model_type: str, conn) -> None:
+    # Results travel through the pipe; some models print to stdout on every step.
+    sys.stdout = open(os.devnull, "w")
     try:
         res = run_arch(model_type, report=lambda phase: conn.send(("phase", phase)))
     except BaseException as e:  # noqa: BLE001
@@ -608,6 +610,8 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per architecture")
     parser.add_argument("--report", help="write the markdown report here (e.g. docs/arch_sweep.md)")
     parser.add_argument("--json", help="write all results, with tracebacks, here")
+    parser.add_argument("--rerun", metavar="JSON", help="start from the results of an earlier --json run and run "
+                        "again only its architectures that did not pass (or those of --only)")
     args = parser.parse_args(argv)
 
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -620,6 +624,12 @@ def main(argv=None) -> int:
             parser.error(f"not causal-LM model types: {', '.join(unknown)}")
     else:
         types = all_types
+    previous = {}
+    if args.rerun:
+        with open(args.rerun) as f:
+            previous = {r["model_type"]: r for r in json.load(f)["results"]}
+        if not args.only:
+            types = [t for t in all_types if previous.get(t, {}).get("status") != "PASS"]
     static_mode = "with torch.compile (backend neuron)" if neuron_compile_available() else \
         "eagerly (disable_compile=True: no \"neuron\" dynamo backend is registered)"
     print(f"{len(types)} architectures, {args.jobs} job(s), static cache {static_mode}", flush=True)
@@ -629,6 +639,9 @@ def main(argv=None) -> int:
               flush=True)
 
     results = sweep(types, jobs=args.jobs, timeout=args.timeout, on_result=show)
+    if previous:
+        fresh = {r["model_type"]: r for r in results}
+        results = [fresh.get(t) or previous[t] for t in all_types if t in fresh or t in previous]
     counts, cov = coverage(results)
     print(f"\nCoverage {cov:.1%}: PASS {counts['PASS']}, MISMATCH {counts['MISMATCH']}, "
           f"NEURON-ERROR {counts['NEURON-ERROR']}, SKIP {counts['SKIP']}")
