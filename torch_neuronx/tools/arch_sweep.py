@@ -433,8 +433,9 @@ def run_arch(model_type: str, report: Callable[[str], None] = lambda phase: None
     statuses = [m["status"] for m in result["modes"].values() if m.get("status") != "SKIP"]
     for status in ("NEURON-ERROR", "MISMATCH", "PASS"):
         if status in statuses:
-            bad = [f"{c}: {m['reason']}" for c, m in result["modes"].items() if m.get("status") == status]
-            return {**result, "status": status, "reason": "; ".join(x for x in bad if not x.endswith(": ")) or ""}
+            notes = [f"{c}: {m['reason']}" for c, m in result["modes"].items()
+                     if m.get("reason") and m.get("status") in (status, "SKIP")]
+            return {**result, "status": status, "reason": "; ".join(notes)}
     raise AssertionError("unreachable")
 
 
