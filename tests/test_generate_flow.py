@@ -34,7 +34,7 @@ def model_dir(request, tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the fit is tiny: thread synchronisation would cost more than it saves
     try:
-        make_tiny_llama(str(d), model_type=request.param, train_steps=20)
+        make_tiny_llama(str(d), model_type=request.param, train_steps=60)
     finally:
         torch.set_num_threads(threads)
     return str(d)
