@@ -349,6 +349,16 @@ nk_status nk_embedding_backward(const nk_tensor *grad_weight, const nk_tensor *g
  * dst. */
 nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, int32_t dim);
 
+/* ---- histogram (histogram.c) ------------------------------------------------------------------ */
+/*
+ * torch.histc of an integer tensor (uint8, int8, int16, int32, int64) into hist (1-D, bins elements, the
+ * same dtype, any stride), with CUDA's rules: min == max means the data's range, widened by 1 each side
+ * when still empty; bin = (v - min) * bins / (max - min) in exact integer arithmetic, v == max in the last
+ * bin, values outside [min, max] ignored. counts is a caller workspace of bins int64 values.
+ * NK_UNSUPPORTED for other dtypes, NK_INVALID for min > max or a bad hist.
+ */
+nk_status nk_histc_int(const nk_tensor *hist, const nk_tensor *src, int64_t min, int64_t max, int64_t *counts);
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at

@@ -152,10 +152,14 @@ def make_tiny_llama(
     seed: int = 0,
     model_type: str = "llama",
     dtype: torch.dtype = torch.float32,
+    train_steps: int = 0,
 ) -> Tuple[transformers.PreTrainedModel, transformers.PreTrainedTokenizerFast]:
     """Build a randomly initialised causal LM (``model_type`` "llama" or "qwen3") and its tokenizer.
 
-    The model is deterministic for a given ``seed``, in eval mode, on CPU. ``vocab_size``
+    The model is deterministic for a given ``seed``, in eval mode, on CPU. With ``train_steps`` it is
+    then fitted to the built-in text for that many steps (in float32, before the cast to ``dtype``),
+    which gives large margins between the top logits, so greedy tokens are stable across devices
+    and dtypes. ``vocab_size``
     defaults to ``len(tokenizer)``; bos/eos/pad ids agree between tokenizer, config and
     generation_config. If ``save_dir`` is given, model and tokenizer are saved there with
     ``save_pretrained`` so the ``Auto*.from_pretrained(save_dir)`` classes load them offline.
@@ -189,7 +193,10 @@ def make_tiny_llama(
     config = transformers.AutoConfig.for_model(model_type, **kwargs)
 
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32 if train_steps else dtype)
+    if train_steps:
+        _fit_to_corpus(model, tok, train_steps)
+        model.to(dtype)
     model.eval()
 
     gen = model.generation_config

@@ -1,1 +1,1 @@
-"""Developer tools (run with ``python -m torch_neuronx.tools.<name>``)."""
+"""Developer tools: ``python -m torch_neuronx.tools.<name>``."""
