@@ -48,7 +48,14 @@ def isolated_records(ops):
     return by_op
 
 
-@pytest.mark.parametrize("name", OPS)
+# layer_norm over a single element: the exact input gradient is 0; CPU and neuron both return float
+# rounding residue scaled by 1/sqrt(eps) (~316), and the residues differ (~5e-4). Tracked for the norm kernel.
+_KNOWN = {"nn.functional.layer_norm": "single-element layer_norm gradient residue differs from CPU's"}
+OPS_PARAMS = [pytest.param(n, marks=pytest.mark.xfail(reason=_KNOWN[n], strict=False)) if n in _KNOWN else n
+              for n in OPS]
+
+
+@pytest.mark.parametrize("name", OPS_PARAMS)
 def test_opinfo_matches_cpu(name, ops, isolated_records):
     op = ops[name]
     if isolated_records is not None:

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace torch_neuronx {
 
@@ -839,12 +840,17 @@ void route_composite_ops_to_cpu() {
       lib->impl("convolution_overrideable", TORCH_FN(neuron_convolution_overrideable));
     if (!has_neuron_kernel("convolution_backward_overrideable"))
       lib->impl("convolution_backward_overrideable", TORCH_FN(neuron_convolution_backward_overrideable));
+    // An operator with a native kernel for any overload keeps its composites: they reach that kernel.
+    std::unordered_set<std::string> native_ops;
     for (const c10::OperatorName& name : d.getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = d.findOp(name);
+      if (op && op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) native_ops.insert(name.name);
+    }
+    for (const c10::OperatorName& name : d.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0 || native_ops.count(name.name)) continue;
       auto op = d.findOp(name);
       if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-          op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1))
+          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))
         continue;
       std::string full = name.name.substr(6);
       if (!name.overload_name.empty()) full += "." + name.overload_name;
