@@ -38,28 +38,31 @@ const char *nk_ew_isa(void) {
 
 /* ---- float64 ops ---- */
 
-#define NK_EW_D1(name, expr)                                                                       \
-    static int nk_ew_f64_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
-        double *o = (double *)o_;                                                                  \
-        const double *x = (const double *)in[0];                                                   \
+/* One loop body per (element type, arity); the op is the expression. Used for float64 and int64. */
+#define NK_EW_UNARY_LOOP(prefix, T, name, expr)                                                    \
+    static int nk_ew_##prefix##_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
+        T *o = (T *)o_;                                                                            \
+        const T *x = (const T *)in[0];                                                             \
         (void)A;                                                                                   \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            const double v = x[i];                                                                 \
+            const T v = x[i];                                                                      \
             o[i] = (expr);                                                                         \
         }                                                                                          \
         return 0;                                                                                  \
     }
-#define NK_EW_D2(name, otype, expr)                                                                \
-    static int nk_ew_f64_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
+#define NK_EW_BINARY_LOOP(prefix, T, name, otype, expr)                                            \
+    static int nk_ew_##prefix##_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
         otype *o = (otype *)o_;                                                                    \
-        const double *x = (const double *)in[0], *y = (const double *)in[1];                      \
+        const T *x = (const T *)in[0], *y = (const T *)in[1];                                      \
         (void)A;                                                                                   \
         for (int64_t i = 0; i < n; i++) {                                                          \
-            const double a = x[i], b = y[i];                                                       \
+            const T a = x[i], b = y[i];                                                            \
             o[i] = (expr);                                                                         \
         }                                                                                          \
         return 0;                                                                                  \
     }
+#define NK_EW_D1(name, expr) NK_EW_UNARY_LOOP(f64, double, name, expr)
+#define NK_EW_D2(name, otype, expr) NK_EW_BINARY_LOOP(f64, double, name, otype, expr)
 
 #define NK_SQRT1_2 0.70710678118654752440
 #define NK_GELU_BETA 0.79788456080286535588  /* sqrt(2) * 2/sqrt(pi) * 0.5 */
@@ -200,28 +203,8 @@ static int64_t nk_ew_powi(int64_t a, int64_t b) {
     return (int64_t)r;
 }
 
-#define NK_EW_I1(name, expr)                                                                       \
-    static int nk_ew_i64_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
-        int64_t *o = (int64_t *)o_;                                                                \
-        const int64_t *x = (const int64_t *)in[0];                                                 \
-        (void)A;                                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            const int64_t v = x[i];                                                                \
-            o[i] = (expr);                                                                         \
-        }                                                                                          \
-        return 0;                                                                                  \
-    }
-#define NK_EW_I2(name, otype, expr)                                                                \
-    static int nk_ew_i64_##name(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) { \
-        otype *o = (otype *)o_;                                                                    \
-        const int64_t *x = (const int64_t *)in[0], *y = (const int64_t *)in[1];                   \
-        (void)A;                                                                                   \
-        for (int64_t i = 0; i < n; i++) {                                                          \
-            const int64_t a = x[i], b = y[i];                                                      \
-            o[i] = (expr);                                                                         \
-        }                                                                                          \
-        return 0;                                                                                  \
-    }
+#define NK_EW_I1(name, expr) NK_EW_UNARY_LOOP(i64, int64_t, name, expr)
+#define NK_EW_I2(name, otype, expr) NK_EW_BINARY_LOOP(i64, int64_t, name, otype, expr)
 
 NK_EW_I1(neg, NK_WRAP(0u - (uint64_t)v))
 NK_EW_I1(abs, v < 0 ? NK_WRAP(0u - (uint64_t)v) : v)
