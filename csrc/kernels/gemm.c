@@ -25,7 +25,8 @@ static const nk_gemm_isa *isa_detect(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return &nk_gemm_isa_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nk_gemm_isa_avx2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &nk_gemm_isa_avx2;
 #endif
     return &nk_gemm_isa_generic;
 }
@@ -173,55 +174,62 @@ static void store_block(const gemm_problem *p, int64_t bi, int64_t i0, int64_t j
  * edges are zero, so the micro-kernel always runs full tiles. Any source strides work (a transposed
  * view packs without a prior copy); the loop order follows the contiguous source direction.
  */
-#define PACK_A_LOOP(LOAD)                                                                                  \
+#define PACK_A_LOOP(T, LOAD)                                                                               \
     for (int64_t p0 = 0; p0 < mcur; p0 += mr) {                                                            \
         const int64_t rows = mcur - p0 < mr ? mcur - p0 : mr;                                              \
         float *d = dst + p0 * kcur;                                                                        \
+        const T *ap = (const T *)a + p0 * sm;                                                              \
         if (rows == mr && sk == 1 && fast != NULL) {                                                       \
-            fast(d, a + p0 * sm * es, dt, sm, kcur);                                                       \
+            fast(d, ap, dt, sm, kcur);                                                                     \
             continue;                                                                                      \
         }                                                                                                  \
         if (sk == 1) {                                                                                     \
-            for (int64_t i = 0; i < rows; i++) {                                                           \
-                const char *src = a + (p0 + i) * sm * es;                                                  \
-                for (int64_t k = 0; k < kcur; k++) d[k * mr + i] = LOAD(src + k * es);                     \
-            }                                                                                              \
+            for (int64_t i = 0; i < rows; i++)                                                             \
+                for (int64_t k = 0; k < kcur; k++) d[k * mr + i] = LOAD(ap[i * sm + k]);                   \
         } else {                                                                                           \
             for (int64_t k = 0; k < kcur; k++)                                                             \
-                for (int64_t i = 0; i < rows; i++) d[k * mr + i] = LOAD(a + ((p0 + i) * sm + k * sk) * es); \
+                for (int64_t i = 0; i < rows; i++) d[k * mr + i] = LOAD(ap[i * sm + k * sk]);              \
         }                                                                                                  \
         for (int64_t i = rows; i < mr; i++)                                                                \
             for (int64_t k = 0; k < kcur; k++) d[k * mr + i] = 0.f;                                        \
     }
 
-#define LD_F32(q) (*(const float *)(q))
-#define LD_BF16(q) nk_bf16_to_f32(*(const uint16_t *)(q))
-#define LD_F16(q) nk_f16_to_f32(*(const uint16_t *)(q))
+#define LD_F32(x) (x)
+#define LD_BF16(x) nk_bf16_to_f32(x)
+#define LD_F16(x) nk_f16_to_f32(x)
 
 static void pack_a(float *dst, const char *a, nk_dtype dt, int64_t es, int64_t sm, int64_t sk, int64_t mcur,
                    int64_t kcur, int64_t mr, nk_gemm_pack_kcontig_fn fast) {
+    (void)es;
     switch (dt) {
-    case NK_BF16: PACK_A_LOOP(LD_BF16) break;
-    case NK_F16: PACK_A_LOOP(LD_F16) break;
-    default: PACK_A_LOOP(LD_F32) break;
+    case NK_BF16: PACK_A_LOOP(uint16_t, LD_BF16) break;
+    case NK_F16: PACK_A_LOOP(uint16_t, LD_F16) break;
+    default: PACK_A_LOOP(float, LD_F32) break;
     }
 }
 
-#define PACK_B_LOOP(LOAD)                                                                                  \
+/* Typed indexing (not bytes times a run-time element size) lets the row-major copy vectorise; the
+ * prefetch covers rows that are far apart (a row-major B is read a 64-byte slice per row). */
+#define PACK_B_LOOP(T, LOAD)                                                                               \
     for (int64_t p0 = 0; p0 < ncur; p0 += nr) {                                                            \
         const int64_t cols = ncur - p0 < nr ? ncur - p0 : nr;                                              \
         float *d = dst + p0 * kcur;                                                                        \
-        const char *src = b + p0 * sn * es;                                                                \
+        const T *bp = (const T *)b + p0 * sn;                                                              \
         if (cols == nr && sk == 1 && fast != NULL) {                                                       \
-            fast(d, src, dt, sn, kcur);                                                                    \
+            fast(d, bp, dt, sn, kcur);                                                                     \
             continue;                                                                                      \
         }                                                                                                  \
         if (sk == 1 && sn != 1) {                                                                          \
             for (int64_t j = 0; j < cols; j++)                                                             \
-                for (int64_t k = 0; k < kcur; k++) d[k * nr + j] = LOAD(src + (j * sn + k) * es);          \
+                for (int64_t k = 0; k < kcur; k++) d[k * nr + j] = LOAD(bp[j * sn + k]);                  \
+        } else if (sn == 1 && cols == nr) {                                                                \
+            for (int64_t k = 0; k < kcur; k++) {                                                           \
+                __builtin_prefetch(bp + (k + 8) * sk);                                                     \
+                for (int64_t j = 0; j < nr; j++) d[k * nr + j] = LOAD(bp[k * sk + j]);                     \
+            }                                                                                              \
         } else {                                                                                           \
             for (int64_t k = 0; k < kcur; k++)                                                             \
-                for (int64_t j = 0; j < cols; j++) d[k * nr + j] = LOAD(src + (k * sk + j * sn) * es);     \
+                for (int64_t j = 0; j < cols; j++) d[k * nr + j] = LOAD(bp[k * sk + j * sn]);              \
         }                                                                                                  \
         if (cols < nr)                                                                                     \
             for (int64_t k = 0; k < kcur; k++)                                                             \
@@ -230,10 +238,11 @@ static void pack_a(float *dst, const char *a, nk_dtype dt, int64_t es, int64_t s
 
 static void pack_b(float *dst, const char *b, nk_dtype dt, int64_t es, int64_t sk, int64_t sn, int64_t kcur,
                    int64_t ncur, int64_t nr, nk_gemm_pack_kcontig_fn fast) {
+    (void)es;
     switch (dt) {
-    case NK_BF16: PACK_B_LOOP(LD_BF16) break;
-    case NK_F16: PACK_B_LOOP(LD_F16) break;
-    default: PACK_B_LOOP(LD_F32) break;
+    case NK_BF16: PACK_B_LOOP(uint16_t, LD_BF16) break;
+    case NK_F16: PACK_B_LOOP(uint16_t, LD_F16) break;
+    default: PACK_B_LOOP(float, LD_F32) break;
     }
 }
 

@@ -363,7 +363,7 @@ def compare(cpu, neuron, prompt_len: int, rtol: float = 1e-4, atol: float = 1e-4
 
 
 def run_arch(model_type: str, report: Callable[[str], None] = lambda phase: None, device: str = "neuron",
-             caches=("dynamic", "static")) -> Dict[str, Any]:
+             caches=("dynamic", "static"), static_compile: Optional[bool] = None) -> Dict[str, Any]:
     """Runs one architecture in this process; returns {"status", "reason", "modes", ...}."""
     import warnings
 
@@ -378,7 +378,9 @@ def run_arch(model_type: str, report: Callable[[str], None] = lambda phase: None
     transformers.logging.set_verbosity_error()
     result: Dict[str, Any] = {"model_type": model_type, "class": MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type),
                               "modes": {}}
-    compile_ok = neuron_compile_available()
+    if static_compile is None:  # the sweep's --static flag reaches its child processes through the environment
+        static_compile = os.environ.get("TORCH_NEURONX_SWEEP_STATIC", "compile") != "eager"
+    compile_ok = static_compile and neuron_compile_available()
     result["static_mode"] = "torch.compile (backend neuron)" if compile_ok else "eager (disable_compile=True)"
 
     report("config")
@@ -613,7 +615,11 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write all results, with tracebacks, here")
     parser.add_argument("--rerun", metavar="JSON", help="start from the results of an earlier --json run and run "
                         "again only its architectures that did not pass (or those of --only)")
+    parser.add_argument("--static", choices=["compile", "eager"], default="compile",
+                        help="static-cache generation on neuron: compiled as Transformers does by default "
+                        "(backend neuron), or eager (disable_compile=True; much faster)")
     args = parser.parse_args(argv)
+    os.environ["TORCH_NEURONX_SWEEP_STATIC"] = args.static
 
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -631,13 +637,23 @@ def main(argv=None) -> int:
             previous = {r["model_type"]: r for r in json.load(f)["results"]}
         if not args.only:
             types = [t for t in all_types if previous.get(t, {}).get("status") != "PASS"]
-    static_mode = "with torch.compile (backend neuron)" if neuron_compile_available() else \
+    static_mode = "with torch.compile (backend neuron)" if args.static == "compile" and neuron_compile_available() else \
+        "eagerly (--static eager: disable_compile=True)" if args.static == "eager" else \
         "eagerly (disable_compile=True: no \"neuron\" dynamo backend is registered)"
     print(f"{len(types)} architectures, {args.jobs} job(s), static cache {static_mode}", flush=True)
+
+    done = []
 
     def show(r):
         print(f"{r['model_type']:28s} {r['status']:13s} {r.get('seconds', 0):6.1f}s  {r.get('reason', '')[:150]}",
               flush=True)
+        done.append(r)
+        if args.json:  # written as results arrive, so an interrupted sweep can be continued with --rerun
+            merged = dict(previous)
+            merged.update({x["model_type"]: x for x in done})
+            with open(args.json, "w") as f:
+                json.dump({"versions": versions(), "static_mode": static_mode,
+                           "results": [merged[t] for t in all_types if t in merged]}, f, indent=1)
 
     results = sweep(types, jobs=args.jobs, timeout=args.timeout, on_result=show)
     if previous:
