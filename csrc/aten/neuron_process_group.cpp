@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <numeric>
@@ -162,7 +163,7 @@ class NeuronBackend : public c10d::Backend {
  public:
   NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
                 c10::intrusive_ptr<c10d::Backend> gloo, bool force_gloo)
-      : c10d::Backend(rank, size), gloo_(std::move(gloo)), timeout_s_(timeout_s) {
+      : c10d::Backend(rank, size), gloo_(std::move(gloo)), timeout_s_(timeout_s), force_gloo_(force_gloo) {
     // Every rank publishes its workspace and host identity; shared memory is used only if all ranks
     // are on this host (the decision is the same on every rank: it depends on published values only).
     ncl_rank_info info{};
@@ -207,13 +208,50 @@ class NeuronBackend : public c10d::Backend {
   void shutdown() override {
     std::lock_guard<std::mutex> g(mu_);
     pending_.clear();
-
     gloo_pending_.clear();
+    last_split_.reset();
     ncl_comm_destroy(comm_);
     comm_ = nullptr;
   }
 
   const std::string getBackendName() const override { return "neuron"; }
+
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>("neuron", std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+  }
+
+  // DeviceMesh and split_group make sub-groups by splitting when the default group is bound to a device
+  // (init_process_group(device_id=...)). The ranks of the new group build it like a fresh one, from the
+  // store split_group gives them, through the Python factory (which also makes the inner Gloo backend).
+  bool supportsSplitting() const override { return true; }
+
+  // Collectives started on this group: equal on every rank while the ranks agree, so c10d can use it to
+  // spot desynchronisation. A new (or split) group starts at 0 on every rank.
+  void setSequenceNumberForGroup() override { seq_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    std::string name = opts ? opts->group_name : std::string();
+    // ProcessGroup::splitGroup splits once per device type (neuron and cpu share this backend): both
+    // get the same child.
+    if (!name.empty() && name == last_split_name_ && last_split_) return last_split_;
+    double timeout_s = opts && opts->timeout.count() > 0 ? opts->timeout.count() / 1000.0 : timeout_s_;
+    int new_rank = static_cast<int>(it - ranks.begin()), new_size = static_cast<int>(ranks.size());
+    c10::intrusive_ptr<NeuronBackend> child;
+    {
+      pybind11::gil_scoped_acquire gil;
+      pybind11::object made = pybind11::module::import("torch_neuronx.distributed")
+                                  .attr("_create_split_backend")(store, new_rank, new_size, timeout_s, force_gloo_);
+      child = made.cast<c10::intrusive_ptr<NeuronBackend>>();
+    }
+    last_split_name_ = name;
+    last_split_ = child;
+    return child;
+  }
   bool usesSharedMemory() const { return comm_ != nullptr; }
 
   void setTimeout(std::chrono::milliseconds timeout) override {
@@ -230,6 +268,7 @@ class NeuronBackend : public c10d::Backend {
     at::Tensor t = single(tensors, "broadcast");
     check_root(opts.rootRank, "broadcast");
     Buf b = buf(t, "broadcast");
+    announce(t);
     NCL_CHECK(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
     return done(c10d::OpType::BROADCAST, tensors);
   }
@@ -296,6 +335,7 @@ class NeuronBackend : public c10d::Backend {
     ncl_redop op = redop_of(opts.reduceOp, &factor, "reduce");
     Buf b = buf(t, "reduce", true);
     bool root = opts.rootRank == rank_;
+    announce(t);
     NCL_CHECK(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
                          static_cast<int>(opts.rootRank)),
               "reduce");
@@ -319,6 +359,7 @@ class NeuronBackend : public c10d::Backend {
       same_shape(outputs[0][r], in, "all_gather", "output", r);
       recv[r] = buf(outputs[0][r], "all_gather").ptr;
     }
+    announce(in);
     NCL_CHECK(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
     return done(c10d::OpType::ALLGATHER, outputs[0]);
   }
@@ -391,6 +432,7 @@ class NeuronBackend : public c10d::Backend {
       same_shape(inputs[0][r], out, "reduce_scatter", "input", r);
       send[r] = buf(inputs[0][r], "reduce_scatter", true).ptr;
     }
+    announce(out);
     NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
     return done(c10d::OpType::REDUCE_SCATTER, outputs);
   }
@@ -459,6 +501,7 @@ class NeuronBackend : public c10d::Backend {
       so += sc[r];
       ro += rc[r];
     }
+    announce(input);
     NCL_CHECK(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
     return done(c10d::OpType::ALLTOALL_BASE, outs);
   }
@@ -535,6 +578,7 @@ class NeuronBackend : public c10d::Backend {
         recv[r] = buf(outputs[0][r], "gather").ptr;
       }
     }
+    announce(in);
     NCL_CHECK(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
                          static_cast<int>(opts.rootRank)),
               "gather");
@@ -562,6 +606,7 @@ class NeuronBackend : public c10d::Backend {
         send[r] = buf(inputs[0][r], "scatter").ptr;
       }
     }
+    announce(out);
     NCL_CHECK(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
                           static_cast<int>(opts.rootRank)),
               "scatter");
@@ -627,6 +672,7 @@ class NeuronBackend : public c10d::Backend {
     bool custom;
     Call(NeuronBackend* p, std::chrono::milliseconds timeout) : pg(p), lock(p->mu_) {
       TORCH_CHECK(pg->comm_ != nullptr, "neuron process group: the group was shut down");
+      pg->seq_++;
       pg->prune_pending();
       custom = timeout != c10d::kUnsetTimeout && timeout.count() > 0;
       if (custom) ncl_comm_set_timeout(pg->comm_, timeout.count() / 1000.0);
@@ -727,6 +773,11 @@ class NeuronBackend : public c10d::Backend {
     return c10::make_intrusive<NeuronWork>(rank_, type, outs);
   }
 
+  // The shape the next collective names in a mismatch error (the header carries it; no extra sync).
+  void announce(const at::Tensor& t) {
+    ncl_comm_set_shape(comm_, static_cast<int>(t.dim()), t.sizes().data());
+  }
+
   at::Tensor single(const std::vector<at::Tensor>& v, const char* what) {
     TORCH_CHECK(v.size() == 1, what, ": the neuron process group takes exactly one tensor per rank, got ",
                 v.size());
@@ -765,6 +816,7 @@ class NeuronBackend : public c10d::Backend {
     TORCH_CHECK(!t.is_complex() || op == NCL_SUM || op == NCL_AVG || op == NCL_PREMUL_SUM, what,
                 ": complex tensors support SUM, AVG and PREMUL_SUM only");
     Buf b = buf(t, what, true);
+    announce(t);
     NCL_CHECK(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
   }
 
@@ -778,6 +830,7 @@ class NeuronBackend : public c10d::Backend {
     std::vector<void*> recv(size_);
     size_t piece = static_cast<size_t>(in.count) * ncl_dtype_size(in.dt);
     for (int r = 0; r < size_; r++) recv[r] = static_cast<char*>(out.ptr) + piece * r;
+    announce(input);
     NCL_CHECK(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
   }
 
@@ -793,6 +846,7 @@ class NeuronBackend : public c10d::Backend {
     std::vector<const void*> send(size_);
     size_t piece = static_cast<size_t>(out.count) * ncl_dtype_size(out.dt);
     for (int r = 0; r < size_; r++) send[r] = static_cast<const char*>(in.ptr) + piece * r;
+    announce(input);
     NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
   }
 
@@ -827,6 +881,10 @@ class NeuronBackend : public c10d::Backend {
   ncl_comm* comm_ = nullptr;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   double timeout_s_;
+  bool force_gloo_;
+  uint64_t seq_ = 0;
+  std::string last_split_name_;
+  c10::intrusive_ptr<c10d::Backend> last_split_;
   std::mutex mu_;
   std::vector<Pending> pending_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<at::Tensor>>> gloo_pending_;

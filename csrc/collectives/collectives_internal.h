@@ -40,6 +40,8 @@ typedef struct ncl_header {
     double factor;
     int32_t npieces;
     int32_t zero_copy;   /* 1 if some piece is in device memory: an end barrier follows */
+    int32_t ndim;        /* the caller's tensor shape, for error messages only (-1: not given) */
+    int64_t shape[NCL_SHAPE_DIMS];
     ncl_piece pieces[];  /* 2 * size + 1 entries */
 } ncl_header;
 
@@ -107,6 +109,8 @@ struct ncl_comm {
     ncl_status broken;    /* non-zero after a timeout or dead peer */
     char broken_msg[768];
     const void *own_ptr[2 * NCL_MAX_RANKS + 1]; /* this call's pieces, as local pointers */
+    int32_t next_ndim;    /* shape announced by ncl_comm_set_shape for the next call (-1: none) */
+    int64_t next_shape[NCL_SHAPE_DIMS];
 };
 
 ncl_status ncl_error(ncl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -115,6 +115,7 @@ ncl_status ncl_comm_create(int rank, int size, double timeout_s, ncl_comm **out)
     c->rank = rank;
     c->size = size;
     c->timeout_s = timeout_s;
+    c->next_ndim = -1;
     c->ws_fd = -1;
     ncl_layout_compute(&c->layout, size);
     c->peers = calloc((size_t)size, sizeof *c->peers);
@@ -240,6 +241,13 @@ ncl_status ncl_comm_set_timeout(ncl_comm *c, double timeout_s)
         return ncl_error(NCL_INVALID, "ncl_comm_set_timeout: timeout must be > 0 seconds, got %g", timeout_s);
     c->timeout_s = timeout_s;
     return NCL_SUCCESS;
+}
+
+void ncl_comm_set_shape(ncl_comm *c, int ndim, const int64_t *sizes)
+{
+    c->next_ndim = ndim < 0 ? -1 : ndim;
+    for (int i = 0; i < ndim && i < NCL_SHAPE_DIMS; i++)
+        c->next_shape[i] = sizes[i];
 }
 
 int ncl_comm_rank(const ncl_comm *c) { return c->rank; }

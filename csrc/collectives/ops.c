@@ -6,6 +6,7 @@
  *      reusing their buffers) before the peers are done. */
 #include "collectives_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,16 +28,43 @@ static const char *ncl_op_name(int op)
     return "unknown";
 }
 
+/* Appends to buf (size n, holding *k characters) without running past its end. */
+static void ncl_append(char *buf, size_t n, size_t *k, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void ncl_append(char *buf, size_t n, size_t *k, const char *fmt, ...)
+{
+    if (*k + 1 >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *k, n - *k, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *k = *k + (size_t)w < n ? *k + (size_t)w : n - 1;
+}
+
 static void ncl_header_str(const ncl_header *h, char *buf, size_t n)
 {
-    int k = snprintf(buf, n, "%s(dtype=%s", ncl_op_name(h->op), ncl_dtype_name((ncl_dtype)h->dtype));
+    size_t k = 0;
+    buf[0] = 0;
+    ncl_append(buf, n, &k, "%s(dtype=%s", ncl_op_name(h->op), ncl_dtype_name((ncl_dtype)h->dtype));
     if (h->count >= 0)
-        k += snprintf(buf + k, n - (size_t)k, ", count=%lld", (long long)h->count);
+        ncl_append(buf, n, &k, ", count=%lld", (long long)h->count);
+    if (h->ndim >= 0) {
+        ncl_append(buf, n, &k, ", shape=[");
+        for (int i = 0; i < h->ndim; i++) {
+            if (i == NCL_SHAPE_DIMS) {
+                ncl_append(buf, n, &k, ", ...");
+                break;
+            }
+            ncl_append(buf, n, &k, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
+        }
+        ncl_append(buf, n, &k, "]");
+    }
     if (h->op == NCL_OP_ALL_REDUCE || h->op == NCL_OP_REDUCE || h->op == NCL_OP_REDUCE_SCATTER)
-        k += snprintf(buf + k, n - (size_t)k, ", op=%s", ncl_redop_name((ncl_redop)h->redop));
+        ncl_append(buf, n, &k, ", op=%s", ncl_redop_name((ncl_redop)h->redop));
     if (h->root >= 0)
-        k += snprintf(buf + k, n - (size_t)k, ", root=%d", h->root);
-    snprintf(buf + k, n - (size_t)k, ")");
+        ncl_append(buf, n, &k, ", root=%d", h->root);
+    ncl_append(buf, n, &k, ")");
 }
 
 typedef struct ncl_call {
@@ -58,6 +86,8 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     k->what = what;
     k->end_barrier = false;
     k->id = 0;
+    int ndim = c->next_ndim; /* the announced shape belongs to this call only, even if it fails early */
+    c->next_ndim = -1;
     ncl_status st = ncl_check_usable(c, what);
     if (st != NCL_SUCCESS)
         return st;
@@ -76,6 +106,9 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     h->factor = factor;
     h->npieces = npieces;
     h->zero_copy = 0;
+    h->ndim = ndim;
+    for (int i = 0; i < ndim && i < NCL_SHAPE_DIMS; i++)
+        h->shape[i] = c->next_shape[i];
     char *slot = ncl_slot(c, c->rank, k->id);
     uint64_t off = 0;
     ncl_status local = NCL_SUCCESS;
@@ -129,7 +162,7 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
         if (same && (op == NCL_OP_ALL_REDUCE || op == NCL_OP_REDUCE || op == NCL_OP_REDUCE_SCATTER))
             same = o->redop == h->redop;
         if (!same) {
-            char mine[160], theirs[160];
+            char mine[320], theirs[320];
             ncl_header_str(h, mine, sizeof mine);
             ncl_header_str(o, theirs, sizeof theirs);
             return ncl_error(NCL_MISMATCH,
