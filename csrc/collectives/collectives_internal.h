@@ -9,6 +9,7 @@
 #define NCL_MAGIC UINT64_C(0x4e434c5753303031) /* "NCLWS001" */
 #define NCL_RING 64                            /* messages in flight per (sender, receiver) pair */
 #define NCL_MAP_CACHE 64                       /* mapped peer segments kept per peer */
+#define NCL_SCRATCH_BYTES (64 * 1024)          /* per-communicator block buffer of the reductions */
 
 /* A counter peers wait on. waiters lets the writer skip the futex wake when nobody sleeps. */
 typedef struct ncl_flag {
@@ -109,6 +110,7 @@ struct ncl_comm {
     ncl_status broken;    /* non-zero after a timeout or dead peer */
     char broken_msg[768];
     const void *own_ptr[2 * NCL_MAX_RANKS + 1]; /* this call's pieces, as local pointers */
+    void *scratch;        /* NCL_SCRATCH_BYTES, 64-byte aligned */
     int32_t next_ndim;    /* shape announced by ncl_comm_set_shape for the next call (-1: none) */
     int64_t next_shape[NCL_SHAPE_DIMS];
 };
