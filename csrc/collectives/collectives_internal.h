@@ -99,6 +99,7 @@ typedef enum ncl_op {
 struct ncl_comm {
     int rank, size;
     double timeout_s;
+    double spin_s;        /* how long a wait spins before yielding the core */
     int ws_fd;
     ncl_layout layout;
     ncl_region *self;     /* this rank's workspace */

@@ -116,6 +116,11 @@ ncl_status ncl_comm_create(int rank, int size, double timeout_s, ncl_comm **out)
     c->size = size;
     c->timeout_s = timeout_s;
     c->next_ndim = -1;
+    /* Spinning pays only when every rank can have a core of its own: with more ranks than usable CPUs a
+     * spinning rank would hold the core the rank it waits for needs. */
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->spin_s = size <= ncpu ? 50e-6 : 0.0;
     c->ws_fd = -1;
     ncl_layout_compute(&c->layout, size);
     c->peers = calloc((size_t)size, sizeof *c->peers);
@@ -320,11 +325,11 @@ ncl_status ncl_flag_wait(ncl_comm *c, ncl_flag *f, uint32_t target, int peer, co
         return NCL_SUCCESS;
     /* Spin a little: the peer usually arrives within microseconds, far below a futex round trip. */
     double start = ncl_now();
-    for (int i = 1;; i++) {
+    for (int i = 1; c->spin_s > 0; i++) {
         ncl_cpu_relax();
         if (ncl_reached(atomic_load(&f->value), target))
             return NCL_SUCCESS;
-        if ((i & 255) == 0 && ncl_now() - start > 50e-6)
+        if ((i & 255) == 0 && ncl_now() - start > c->spin_s)
             break;
     }
     double deadline = start + c->timeout_s;
