@@ -619,7 +619,7 @@ ncl_status ncl_recv(ncl_comm *c, void *buf, int64_t bytes, int peer, int64_t tag
         char *base;
         st = ncl_map_segment(c, peer, &m->piece, &base, what);
         if (st == NCL_SUCCESS)
-            memcpy(buf, base + m->piece.offset, (size_t)bytes);
+            ncl_copy(buf, base + m->piece.offset, (size_t)bytes);
     }
     /* Consumed even on a mismatch, so the sender is not left waiting. */
     c->received[peer] = n + 1;
