@@ -243,6 +243,23 @@ static void ncl_stream_copy(char *dst, const char *src, size_t n) { memcpy(dst, 
 static void ncl_stream_fence(void) {}
 #endif
 
+/* src to every one of dsts (none overlapping src), block by block so src is read from memory once. */
+static void ncl_copy_to_all(char *const *dsts, int ndst, const void *src, size_t bytes)
+{
+    bool stream = bytes >= NCL_STREAM_BYTES;
+    for (size_t b0 = 0; b0 < bytes; b0 += NCL_SCRATCH_BYTES) {
+        size_t m = bytes - b0 < NCL_SCRATCH_BYTES ? bytes - b0 : NCL_SCRATCH_BYTES;
+        for (int j = 0; j < ndst; j++) {
+            if (stream)
+                ncl_stream_copy(dsts[j] + b0, (const char *)src + b0, m);
+            else
+                memcpy(dsts[j] + b0, (const char *)src + b0, m);
+        }
+    }
+    if (stream)
+        ncl_stream_fence();
+}
+
 /* memmove, streaming when large and the ranges do not overlap. */
 static void ncl_copy(void *dst, const void *src, size_t n)
 {
@@ -399,14 +416,40 @@ ncl_status ncl_all_gather(ncl_comm *c, const void *send, void *const *recv, int6
         st = ncl_check_usable(c, what);
     if (st != NCL_SUCCESS)
         return st;
+    int n = c->size;
     int64_t bytes = count * (int64_t)ncl_dtype_size(dt);
-    st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, &send, &bytes, 1, true, what);
-    for (int r = 0; r < c->size && st == NCL_SUCCESS; r++) {
-        void *src;
-        st = ncl_piece_ptr(c, r, k.id, 0, &src, what);
-        if (st == NCL_SUCCESS)
-            ncl_copy(recv[r], src, (size_t)bytes);
+    if ((uint64_t)bytes <= NCL_STAGE_BYTES) {
+        /* Small: staged once; every rank copies all contributions out of the slots. */
+        st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, &send, &bytes, 1, true, what);
+        for (int r = 0; r < n && st == NCL_SUCCESS; r++) {
+            void *src;
+            st = ncl_piece_ptr(c, r, k.id, 0, &src, what);
+            if (st == NCL_SUCCESS)
+                ncl_copy(recv[r], src, (size_t)bytes);
+        }
+        return ncl_end(c, &k, st);
     }
+    /* Large: every rank writes its contribution into every rank's output, block by block, so each input
+     * is read from memory once instead of once per rank. Pieces: the input, then the outputs. */
+    const void *ptrs[NCL_MAX_RANKS + 1];
+    int64_t b[NCL_MAX_RANKS + 1];
+    ptrs[0] = send;
+    b[0] = bytes;
+    for (int r = 0; r < n; r++) {
+        ptrs[1 + r] = recv[r];
+        b[1 + r] = bytes;
+    }
+    st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, ptrs, b, n + 1, false, what);
+    char *dsts[NCL_MAX_RANKS];
+    int ndst = 0;
+    for (int j = 0; j < n && st == NCL_SUCCESS; j++) {
+        int q = (c->rank + j) % n; /* ranks start on different targets */
+        st = ncl_piece_ptr(c, q, k.id, 1 + c->rank, (void **)&dsts[ndst], what);
+        if (st == NCL_SUCCESS && dsts[ndst] != send) /* in place on this rank: nothing to copy */
+            ndst++;
+    }
+    if (st == NCL_SUCCESS)
+        ncl_copy_to_all(dsts, ndst, send, (size_t)bytes);
     return ncl_end(c, &k, st);
 }
 
