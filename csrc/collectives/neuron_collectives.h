@@ -13,12 +13,16 @@
  *     synchronisation instead of two.
  *   - all_reduce/reduce of large messages: each rank reduces its 1/N slice of every rank's input and
  *     writes it to every rank's output (reduce-scatter and all-gather fused). Small messages: every rank
- *     reads all staged inputs and reduces the whole message itself (one shot).
+ *     reads all staged inputs and reduces the whole message itself (one shot). Large all_gather: each
+ *     rank writes its input into every rank's output. Every input byte is thus read from memory once.
+ *   - Reductions go block by block through a scratch buffer that stays in cache; large results and copies
+ *     are written with non-temporal stores (no read-for-ownership of the destination lines).
  *   - Every call exchanges a header (operation, dtype, count, root, reduce op, and the caller's shape
  *     for messages) and fails with NCL_MISMATCH on every rank if the ranks disagree.
- *   - Waits spin briefly, then sleep on a futex in the peer's workspace. A peer that exited (pidfd),
- *     a peer that aborted, or the communicator's timeout end the wait with an error; after a timeout or
- *     a dead peer the communicator is broken and every later call fails at once.
+ *   - Waits spin briefly (not at all when the ranks outnumber the usable CPUs), then yield, then sleep on
+ *     a futex in the peer's workspace. A peer that exited (pidfd), a peer that aborted, or the
+ *     communicator's timeout end the wait with an error; after a timeout or a dead peer the communicator
+ *     is broken and every later call fails at once.
  *   - Floating-point reductions accumulate in float (double for float64) in rank order, and round once,
  *     so every rank gets bit-identical results. Integer sums and products wrap like PyTorch's.
  *   - A communicator is used by one thread at a time.
