@@ -1,12 +1,10 @@
-"""torch.distributed on neuron: torchrun with 2 ranks runs tests/distributed_worker.py scenarios."""
+"""torch.distributed on neuron: torchrun with 2 (and once 4) ranks runs tests/distributed_worker.py scenarios."""
 
 import os
 import subprocess
 import sys
 
 import pytest
-
-from torch_neuronx.testing.tiny_models import make_tiny_llama
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "distributed_worker.py")
@@ -61,13 +59,15 @@ def test_collectives_4_ranks():
 
 @pytest.mark.parametrize("when", ["between", "inside"])
 def test_dead_peer_raises(when):
-    out = torchrun(f"dead_peer", args=[when])
+    out = torchrun("dead_peer", args=[when])
     assert "OK dead peer raised" in out and "exited" in out, out[-3000:]
 
 
 def test_transformers_tensor_parallel_generate(tmp_path):
     """from_pretrained(distributed_config=DistributedConfig(tp_size=2), device_mesh=DeviceMesh("neuron", ...)),
     static-cache greedy generation: the tokens of one neuron device and of CPU (see the worker's scenario)."""
+    from torch_neuronx.testing.tiny_models import make_tiny_llama
+
     paths = []
     for kind in ("llama", "qwen3"):
         paths.append(str(tmp_path / kind))
