@@ -273,6 +273,12 @@ def check_mismatch():
     # Different collectives.
     expect_error(lambda: (dist.broadcast(torch.ones(5, device=DEV), src=0) if RANK == last
                           else dist.all_reduce(torch.ones(5, device=DEV))), "all_reduce(", "broadcast(")
+    # Arguments that one rank rejects before the collective starts (an output of the wrong size): that rank
+    # still takes part in the call's start, flagged, so the others fail at once too.
+    out_n = WORLD * 8 + (1 if RANK == last else 0)
+    msg = expect_error(lambda: dist.all_gather_into_tensor(torch.empty(out_n, device=DEV),
+                                                           torch.ones(8, device=DEV)), "all_gather_into_tensor")
+    assert ("elements" in msg) if RANK == last else (f"rank {last} could not take part" in msg), msg
     # all_to_all_single where rank 0 expects fewer rows than rank 1 sends
     recv = torch.empty(2 * WORLD - (1 if RANK == 0 else 0), device=DEV)
     splits = [2] * WORLD

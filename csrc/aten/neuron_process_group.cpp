@@ -9,6 +9,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
+#include <exception>
 #include <fstream>
 #include <mutex>
 #include <numeric>
@@ -32,6 +33,15 @@ namespace {
   do {                                            \
     ncl_status _s = (expr);                       \
     if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
+  } while (0)
+
+// A collective: once it is entered, the C layer synchronises the ranks even when it fails (see Call).
+#define NCL_RUN(expr, op)                         \
+  do {                                            \
+    entered_ = true;                              \
+    ncl_status _s = (expr);                       \
+    if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
+    entered_ = false;                             \
   } while (0)
 
 // The dtype the collectives see. Copy-only collectives move any dtype as bytes.
@@ -264,12 +274,12 @@ class NeuronBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override {
     if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->broadcast(in, opts); }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "broadcast", opts.timeout);
     at::Tensor t = single(tensors, "broadcast");
     check_root(opts.rootRank, "broadcast");
     Buf b = buf(t, "broadcast");
     announce(t);
-    NCL_CHECK(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
+    NCL_RUN(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
     return done(c10d::OpType::BROADCAST, tensors);
   }
 
@@ -287,7 +297,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_reduce", opts.timeout);
     all_reduce_one(single(tensors, "all_reduce"), opts.reduceOp, "all_reduce");
     return done(c10d::OpType::ALLREDUCE, tensors);
   }
@@ -305,7 +315,7 @@ class NeuronBackend : public c10d::Backend {
           return done(c10d::OpType::ALLREDUCE_COALESCED, in);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_reduce_coalesced", opts.timeout);
     for (auto& t : tensors) all_reduce_one(t, opts.reduceOp, "all_reduce_coalesced");
     return done(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   }
@@ -328,7 +338,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce", opts.timeout);
     at::Tensor t = single(tensors, "reduce");
     check_root(opts.rootRank, "reduce");
     double factor;
@@ -336,7 +346,7 @@ class NeuronBackend : public c10d::Backend {
     Buf b = buf(t, "reduce", true);
     bool root = opts.rootRank == rank_;
     announce(t);
-    NCL_CHECK(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
+    NCL_RUN(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
                          static_cast<int>(opts.rootRank)),
               "reduce");
     return done(c10d::OpType::REDUCE, tensors);
@@ -349,7 +359,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->allgather(outputs, in, opts);
         }, &outputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather", opts.timeout);
     at::Tensor in = single(inputs, "all_gather");
     TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(size_),
                 "all_gather: expected one list of ", size_, " output tensors");
@@ -360,7 +370,7 @@ class NeuronBackend : public c10d::Backend {
       recv[r] = buf(outputs[0][r], "all_gather").ptr;
     }
     announce(in);
-    NCL_CHECK(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
+    NCL_RUN(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
     return done(c10d::OpType::ALLGATHER, outputs[0]);
   }
 
@@ -371,7 +381,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->_allgather_base(out[0], in[0], opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather_into_tensor", opts.timeout);
     all_gather_tensor(output, input);
     return done(c10d::OpType::_ALLGATHER_BASE, outs);
   }
@@ -383,7 +393,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->allgather_into_tensor_coalesced(out, in, opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather_into_tensor_coalesced", opts.timeout);
     TORCH_CHECK(outputs.size() == inputs.size(), "all_gather_into_tensor_coalesced: ", outputs.size(),
                 " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); i++) all_gather_tensor(outputs[i], inputs[i]);
@@ -420,7 +430,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }, nullptr, &inputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter", opts.timeout);
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
                 "reduce_scatter: expected one list of ", size_, " input tensors");
@@ -433,7 +443,7 @@ class NeuronBackend : public c10d::Backend {
       send[r] = buf(inputs[0][r], "reduce_scatter", true).ptr;
     }
     announce(out);
-    NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
     return done(c10d::OpType::REDUCE_SCATTER, outputs);
   }
 
@@ -457,7 +467,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter_tensor", opts.timeout);
     reduce_scatter_tensor(output, input, opts.reduceOp);
     return done(c10d::OpType::_REDUCE_SCATTER_BASE, outs);
   }
@@ -470,7 +480,7 @@ class NeuronBackend : public c10d::Backend {
           return done(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, out);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter_tensor_coalesced", opts.timeout);
     TORCH_CHECK(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
                 " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); i++) reduce_scatter_tensor(outputs[i], inputs[i], opts.reduceOp);
@@ -486,7 +496,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->alltoall_base(out[0], in[0], output_splits, input_splits, opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_to_all_single", opts.timeout);
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_to_all_single: input dtype ",
                 input.scalar_type(), " differs from output dtype ", output.scalar_type());
     Buf in = buf(input, "all_to_all_single"), out = buf(output, "all_to_all_single");
@@ -502,7 +512,7 @@ class NeuronBackend : public c10d::Backend {
       ro += rc[r];
     }
     announce(input);
-    NCL_CHECK(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
     return done(c10d::OpType::ALLTOALL_BASE, outs);
   }
 
@@ -534,7 +544,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_to_all", opts.timeout);
     TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == static_cast<size_t>(size_),
                 "all_to_all: expected ", size_, " input and output tensors, got ", inputs.size(), " and ",
                 outputs.size());
@@ -553,7 +563,7 @@ class NeuronBackend : public c10d::Backend {
       rc[r] = o.count;
       dt = i.dt;
     }
-    NCL_CHECK(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all");
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all");
     return done(c10d::OpType::ALLTOALL, outputs);
   }
 
@@ -564,7 +574,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->gather(outputs, in, opts);
         }, &outputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "gather", opts.timeout);
     at::Tensor in = single(inputs, "gather");
     check_root(opts.rootRank, "gather");
     Buf b = buf(in, "gather");
@@ -579,7 +589,7 @@ class NeuronBackend : public c10d::Backend {
       }
     }
     announce(in);
-    NCL_CHECK(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
+    NCL_RUN(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
                          static_cast<int>(opts.rootRank)),
               "gather");
     return done(c10d::OpType::GATHER, root ? outputs[0] : std::vector<at::Tensor>{});
@@ -592,7 +602,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->scatter(out, inputs, opts);
         }, nullptr, &inputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "scatter", opts.timeout);
     at::Tensor out = single(outputs, "scatter");
     check_root(opts.rootRank, "scatter");
     Buf b = buf(out, "scatter");
@@ -607,7 +617,7 @@ class NeuronBackend : public c10d::Backend {
       }
     }
     announce(out);
-    NCL_CHECK(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
+    NCL_RUN(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
                           static_cast<int>(opts.rootRank)),
               "scatter");
     return done(c10d::OpType::SCATTER, outputs);
@@ -615,7 +625,7 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->send(t, dst, tag); });
-    Call call(this, c10d::kUnsetTimeout);
+    Call call(this, nullptr, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "send");
     Buf b = buf(t, "send");
     uint64_t ticket = 0;
@@ -629,7 +639,7 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->recv(t, src, tag); });
-    Call call(this, c10d::kUnsetTimeout);
+    Call call(this, nullptr, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "recv");
     Buf b = buf(t, "recv");
     NCL_CHECK(ncl_recv(comm_, b.ptr, b.count * static_cast<int64_t>(ncl_dtype_size(b.dt)), src, tag), "recv");
@@ -643,8 +653,8 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     if (!comm_) return gloo_->barrier(opts);
-    Call call(this, opts.timeout);
-    NCL_CHECK(ncl_barrier(comm_), "barrier");
+    Call call(this, "barrier", opts.timeout);
+    NCL_RUN(ncl_barrier(comm_), "barrier");
     return done(c10d::OpType::BARRIER, {});
   }
 
@@ -665,19 +675,29 @@ class NeuronBackend : public c10d::Backend {
     at::Tensor t;
   };
 
-  // Holds the communicator for one call and applies a per-call timeout.
+  // Holds the communicator for one call and applies a per-call timeout. If this rank's arguments are
+  // rejected before it reaches the collective (a TORCH_CHECK on sizes, dtypes, ...), it still takes part
+  // in the call's start, flagged, so the peers raise at once instead of waiting for the timeout.
   struct Call {
     NeuronBackend* pg;
+    const char* what;  // nullptr: point to point (no collective to take part in)
     std::unique_lock<std::mutex> lock;
     bool custom;
-    Call(NeuronBackend* p, std::chrono::milliseconds timeout) : pg(p), lock(p->mu_) {
+    int exceptions;
+    Call(NeuronBackend* p, const char* w, std::chrono::milliseconds timeout) : pg(p), what(w), lock(p->mu_) {
       TORCH_CHECK(pg->comm_ != nullptr, "neuron process group: the group was shut down");
       pg->seq_++;
+      pg->entered_ = false;
+      exceptions = std::uncaught_exceptions();
       pg->prune_pending();
       custom = timeout != c10d::kUnsetTimeout && timeout.count() > 0;
       if (custom) ncl_comm_set_timeout(pg->comm_, timeout.count() / 1000.0);
     }
     ~Call() {
+      if (what && !pg->entered_ && std::uncaught_exceptions() > exceptions && pg->comm_) {
+        std::string reason = std::string("its arguments to ") + what + " were rejected (the error on that rank says why)";
+        ncl_call_reject(pg->comm_, what, reason.c_str());
+      }
       if (custom && pg->comm_) ncl_comm_set_timeout(pg->comm_, pg->timeout_s_);
     }
   };
@@ -817,7 +837,7 @@ class NeuronBackend : public c10d::Backend {
                 ": complex tensors support SUM, AVG and PREMUL_SUM only");
     Buf b = buf(t, what, true);
     announce(t);
-    NCL_CHECK(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
+    NCL_RUN(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
   }
 
   void all_gather_tensor(at::Tensor& output, const at::Tensor& input) {
@@ -831,7 +851,7 @@ class NeuronBackend : public c10d::Backend {
     size_t piece = static_cast<size_t>(in.count) * ncl_dtype_size(in.dt);
     for (int r = 0; r < size_; r++) recv[r] = static_cast<char*>(out.ptr) + piece * r;
     announce(input);
-    NCL_CHECK(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
+    NCL_RUN(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
   }
 
   void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& rop) {
@@ -847,7 +867,7 @@ class NeuronBackend : public c10d::Backend {
     size_t piece = static_cast<size_t>(out.count) * ncl_dtype_size(out.dt);
     for (int r = 0; r < size_; r++) send[r] = static_cast<const char*>(in.ptr) + piece * r;
     announce(input);
-    NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
   }
 
   // Element counts per rank of an all_to_all_single split along dim 0 (equal when no splits given).
@@ -882,6 +902,7 @@ class NeuronBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> gloo_;
   double timeout_s_;
   bool force_gloo_;
+  bool entered_ = false;  // the current call reached the C collective (which synchronises on its own)
   uint64_t seq_ = 0;
   std::string last_split_name_;
   c10::intrusive_ptr<c10d::Backend> last_split_;

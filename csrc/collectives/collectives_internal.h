@@ -43,6 +43,7 @@ typedef struct ncl_header {
     int32_t zero_copy;   /* 1 if some piece is in device memory: an end barrier follows */
     int32_t ndim;        /* the caller's tensor shape, for error messages only (-1: not given) */
     int64_t shape[NCL_SHAPE_DIMS];
+    char reject_reason[160]; /* npieces < 0: why this rank could not take part */
     ncl_piece pieces[];  /* 2 * size + 1 entries */
 } ncl_header;
 

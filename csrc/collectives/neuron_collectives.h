@@ -115,6 +115,10 @@ int ncl_comm_size(const ncl_comm *c);
 /* The tensor shape of the next collective on this communicator: it is exchanged with the call header
  * and named in mismatch errors (ranks may legitimately pass different shapes of the same count). */
 void ncl_comm_set_shape(ncl_comm *c, int ndim, const int64_t *sizes);
+/* This rank cannot take part in the next collective (its caller rejected the arguments): it passes the
+ * call's start barrier, flagged, so the peers fail that call at once with NCL_INVALID naming the rank and
+ * reason, instead of waiting for the timeout. Returns NCL_INVALID (or the error of the barrier). */
+ncl_status ncl_call_reject(ncl_comm *c, const char *what, const char *reason);
 /* Marks this rank as aborted so peers waiting for it fail at once with the given reason. */
 void ncl_comm_abort(ncl_comm *c, const char *reason);
 

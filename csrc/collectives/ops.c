@@ -145,6 +145,7 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     if (local != NCL_SUCCESS) {
         h->npieces = -1;
         snprintf(local_msg, sizeof local_msg, "%s", ncl_last_error());
+        snprintf(h->reject_reason, sizeof h->reject_reason, "%s", local_msg);
     }
     st = ncl_phase_barrier(c, what);
     if (st != NCL_SUCCESS)
@@ -158,8 +159,8 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
         if (r == c->rank)
             continue;
         if (o->npieces < 0)
-            return ncl_error(NCL_INVALID, "%s: rank %d could not take part in call #%llu (invalid arguments on "
-                             "that rank)", what, r, (unsigned long long)h->call);
+            return ncl_error(NCL_INVALID, "%s: rank %d could not take part in call #%llu: %s", what, r,
+                             (unsigned long long)h->call, o->reject_reason);
         bool same = o->call == h->call && o->op == h->op && o->dtype == h->dtype && o->root == h->root &&
                     o->count == h->count;
         if (same && (op == NCL_OP_ALL_REDUCE || op == NCL_OP_REDUCE || op == NCL_OP_REDUCE_SCATTER))
@@ -176,6 +177,25 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     }
     k->end_barrier = zero_copy;
     return NCL_SUCCESS;
+}
+
+ncl_status ncl_call_reject(ncl_comm *c, const char *what, const char *reason)
+{
+    ncl_status st = ncl_check_usable(c, what);
+    if (st != NCL_SUCCESS)
+        return st;
+    c->next_ndim = -1;
+    uint64_t id = c->calls++;
+    ncl_header *h = ncl_header_of(c, c->rank, id);
+    memset(h, 0, sizeof *h);
+    h->call = id;
+    h->npieces = -1;
+    h->ndim = -1;
+    snprintf(h->reject_reason, sizeof h->reject_reason, "%s", reason ? reason : "invalid arguments");
+    st = ncl_phase_barrier(c, what);
+    if (st != NCL_SUCCESS)
+        return st;
+    return ncl_error(NCL_INVALID, "%s: %s", what, h->reject_reason);
 }
 
 static ncl_status ncl_begin(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt, ncl_redop redop, int root,

@@ -331,6 +331,14 @@ static int run_rank(int rank, shared *sh)
     float host[4];
     CHECK_ST(ncl_all_reduce(c, rank == 2 ? host : a, a, 100000, NCL_F32, NCL_SUM, 0),
              rank == 2 ? NCL_INVALID : NCL_INVALID);
+    CHECK(strstr(ncl_last_error(), "not neuron device memory") != NULL);
+    CHECK_OK(ncl_barrier(c));
+    /* A rank whose caller rejected its arguments before the collective: the others fail that call at once. */
+    if (rank == 1)
+        CHECK_ST(ncl_call_reject(c, "all_gather", "output too small"), NCL_INVALID);
+    else
+        CHECK_ST(ncl_all_reduce(c, a, a, 100000, NCL_F32, NCL_SUM, 0), NCL_INVALID);
+    CHECK(strstr(ncl_last_error(), "output too small") != NULL);
     CHECK_OK(ncl_barrier(c));
 
     /* The last rank exits in the middle: the others fail quickly, without waiting for the timeout. */
