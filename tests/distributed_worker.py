@@ -111,7 +111,10 @@ def check_all_reduce(device):
                 want = expected_reduce([make(r, n, dtype) for r in range(WORLD)], op, dtype, factors)
                 # Gloo (CPU tensors, forced Gloo) has no AVG/PREMUL_SUM: emulated with a second rounding
                 emulated = op == "PREMUL_SUM" or (op == "AVG" and gloo_path(device))
-                tol = 1e-2 if emulated and dtype in (torch.float16, torch.bfloat16) else 0.0
+                half = dtype in (torch.float16, torch.bfloat16)
+                tol = 1e-2 if emulated and half else 0.0
+                if gloo_path(device) and half and op == "PRODUCT" and WORLD > 2:
+                    tol = 0.1  # Gloo rounds each partial product to 16 bits (|products| <= 2 ** WORLD)
                 check_equal(x, want, f"all_reduce {op} {dtype} n={n} on {device}", atol=tol)
                 count += 1
     return count
@@ -233,37 +236,77 @@ def check_objects_and_barriers():
     dist.monitored_barrier(timeout=timedelta(seconds=30), wait_all_ranks=True)
 
 
-def check_mismatch():
-    """Different sizes on different ranks: every rank raises, naming both calls; the group survives."""
-    n = 1000 if RANK == 0 else 100000
-    x = torch.ones(n, device=DEV)
+def expect_error(fn, *needles):
+    """fn must raise on this rank, naming every needle; returns the message."""
     try:
-        dist.all_reduce(x)
+        fn()
     except RuntimeError as e:
         msg = str(e)
-        assert "mismatched" in msg and "count=1000" in msg and "count=100000" in msg, msg
-    else:
-        raise AssertionError("all_reduce with mismatched sizes did not raise")
-    try:
-        dist.broadcast(torch.ones(4, device=DEV, dtype=torch.float32 if RANK else torch.int32), src=0)
-    except RuntimeError as e:
-        assert "dtype=int32" in str(e) and "dtype=float32" in str(e), str(e)
-    else:
-        raise AssertionError("broadcast with mismatched dtypes did not raise")
+        missing = [n for n in needles if n not in msg]
+        assert not missing, (missing, msg)
+        return msg
+    raise AssertionError(f"no error; expected one naming {needles}")
+
+
+def check_mismatch():
+    """Ranks that disagree on a collective: every rank raises at once, naming the operation and each side's
+    count, shape and dtype (from the header exchanged at the start of every call); the group survives."""
+    last = WORLD - 1
+    # Different sizes (staged on rank 0, in place in device memory on the others).
+    shape = (10, 100) if RANK == 0 else (100000,)
+    expect_error(lambda: dist.all_reduce(torch.ones(shape, device=DEV)), "mismatched", "all_reduce",
+                 "count=1000, shape=[10, 100]", "count=100000, shape=[100000]", "dtype=float32")
+    # Different dtypes, both large.
+    dt = torch.bfloat16 if RANK == last else torch.float32
+    expect_error(lambda: dist.all_reduce(torch.ones(70001, device=DEV, dtype=dt)), "dtype=bfloat16",
+                 "dtype=float32")
+    expect_error(lambda: dist.broadcast(torch.ones(4, device=DEV, dtype=torch.float32 if RANK else torch.int32),
+                                        src=0), "broadcast", "dtype=int32", "dtype=float32")
+    # all_gather_into_tensor whose inputs differ by one element; reduce_scatter with different reduce ops.
+    n = 70001 if RANK == last else 70000
+    expect_error(lambda: dist.all_gather_into_tensor(torch.empty(WORLD * n, device=DEV),
+                                                     torch.ones(n, device=DEV)),
+                 "all_gather", "count=70000, shape=[70000]", "count=70001, shape=[70001]")
+    op = dist.ReduceOp.MAX if RANK == last else dist.ReduceOp.SUM
+    expect_error(lambda: dist.reduce_scatter_tensor(torch.empty(8, device=DEV), torch.ones(8 * WORLD, device=DEV),
+                                                    op=op), "reduce_scatter", "op=SUM", "op=MAX")
+    # Different collectives.
+    expect_error(lambda: (dist.broadcast(torch.ones(5, device=DEV), src=0) if RANK == last
+                          else dist.all_reduce(torch.ones(5, device=DEV))), "all_reduce(", "broadcast(")
+    # Arguments that one rank rejects before the collective starts (an output of the wrong size): that rank
+    # still takes part in the call's start, flagged, so the others fail at once too.
+    out_n = WORLD * 8 + (1 if RANK == last else 0)
+    msg = expect_error(lambda: dist.all_gather_into_tensor(torch.empty(out_n, device=DEV),
+                                                           torch.ones(8, device=DEV)), "all_gather_into_tensor")
+    assert ("elements" in msg) if RANK == last else (f"rank {last} could not take part" in msg), msg
     # all_to_all_single where rank 0 expects fewer rows than rank 1 sends
     recv = torch.empty(2 * WORLD - (1 if RANK == 0 else 0), device=DEV)
     splits = [2] * WORLD
     if RANK == 0:
         splits[1] = 1
-    try:
-        dist.all_to_all_single(recv, torch.ones(2 * WORLD, device=DEV), splits, [2] * WORLD)
-    except RuntimeError as e:
-        assert "expects" in str(e), str(e)
-    else:
-        raise AssertionError("all_to_all_single with mismatched splits did not raise")
+    expect_error(lambda: dist.all_to_all_single(recv, torch.ones(2 * WORLD, device=DEV), splits, [2] * WORLD),
+                 "expects")
     x = torch.ones(3, device=DEV)
     dist.all_reduce(x)
     check_equal(x, torch.full((3,), float(WORLD)), "all_reduce after a mismatch")
+
+
+def check_split_mesh():
+    """A group bound to a device (init_process_group(device_id=...)) makes DeviceMesh sub-groups by splitting."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    rows = 2 if WORLD % 2 == 0 else 1
+    mesh = init_device_mesh("neuron", (rows, WORLD // rows), mesh_dim_names=("dp", "tp"))
+    for dim in ("dp", "tp"):
+        group = mesh[dim].get_group()
+        members = dist.get_process_group_ranks(group)
+        assert RANK in members, (dim, members)
+        x = torch.full((70001,), float(RANK + 1), device=DEV)
+        dist.all_reduce(x, group=group)
+        check_equal(x, torch.full((70001,), float(sum(r + 1 for r in members))), f"all_reduce on mesh dim {dim}")
+        cpu = torch.full((3,), float(RANK + 1))
+        dist.all_reduce(cpu, group=group)  # CPU tensors on the split group: its Gloo
+        check_equal(cpu, torch.full((3,), float(sum(r + 1 for r in members))), f"CPU all_reduce on {dim}")
 
 
 def scenario_collectives():
@@ -278,6 +321,7 @@ def scenario_collectives():
     n += check_other_collectives(DEV)
     n += check_all_reduce("cpu")  # CPU tensors on the neuron group: Gloo
     check_objects_and_barriers()
+    check_split_mesh()
     if shm:
         check_mismatch()
     dist.destroy_process_group()
@@ -394,25 +438,148 @@ def scenario_training():
 
 
 def scenario_dead_peer():
+    """The last rank exits without a word, between collectives ("between") or at a random point inside a
+    stream of large all_reduces ("inside"); the others raise well within the group timeout."""
+    import threading
+
+    mode = sys.argv[2] if len(sys.argv) > 2 else "between"
     dist.init_process_group("neuron", timeout=timedelta(seconds=60))
-    x = torch.ones(100000, device=DEV)
+    x = torch.ones(4 * 1024 * 1024, device=DEV)
     dist.all_reduce(x)
     if RANK == WORLD - 1:
-        time.sleep(0.5)
-        os._exit(0)  # exit without a word while the others are inside all_reduce
+        if mode == "between":
+            time.sleep(0.5)
+            os._exit(0)
+        threading.Timer(0.3, os._exit, (0,)).start()
+        while True:
+            dist.all_reduce(x)
     t0 = time.time()
+    calls = 0
     try:
-        dist.all_reduce(x)
+        while True:  # "between": the first call fails; "inside": whichever call the peer died in
+            dist.all_reduce(x)
+            calls += 1
+            t0 = time.time()
     except RuntimeError as e:
         elapsed = time.time() - t0
-        assert "exited" in str(e), str(e)
+        assert "exited" in str(e) or "aborted" in str(e), str(e)
         assert elapsed < 30, elapsed
-        log(f"OK dead peer raised after {elapsed:.2f}s: {type(e).__name__}: {e}")
+        log(f"OK dead peer raised after {calls} calls, {elapsed:.2f}s into the failing one: {e}")
         os._exit(0)
-    raise AssertionError("all_reduce with a dead peer returned")
+
+
+PROMPTS = ["The future of AI is", "A language model reads text"]
+NEW_TOKENS = 12
+
+
+def _inputs(tok):
+    tok.padding_side = "left"
+    return tok.apply_chat_template([[{"role": "user", "content": p}] for p in PROMPTS], add_generation_prompt=True,
+                                   padding=True, return_tensors="pt")
+
+
+def _generate(model, tok):
+    """Static-cache greedy generation as users write it; also the logits of the prompt's next token."""
+    from transformers import GenerationConfig
+
+    enc = _inputs(tok)
+    # Transformers compiles static-cache generation on neuron (Inductor, minutes on a loaded 2-core
+    # machine); NEURON_DIST_TEST_COMPILE=1 runs that, the default runs the same graph eagerly.
+    cfg = GenerationConfig(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, use_cache=True,
+                           cache_implementation="static", max_cache_len=128, pad_token_id=tok.pad_token_id,
+                           eos_token_id=tok.eos_token_id,
+                           disable_compile=os.environ.get("NEURON_DIST_TEST_COMPILE", "0") != "1")
+    dev = model.device
+    out = model.generate(enc["input_ids"].to(dev), attention_mask=enc["attention_mask"].to(dev), generation_config=cfg)
+    return out.cpu(), _next_logits(model, enc["attention_mask"], out[:, : enc["input_ids"].shape[1]].cpu())
+
+
+def _next_logits(model, prompt_mask, seqs):
+    """float32 logits of the token after each row of seqs (left-padded prompts continued by generation)."""
+    mask = torch.cat([prompt_mask, torch.ones(seqs.shape[0], seqs.shape[1] - prompt_mask.shape[1],
+                                              dtype=prompt_mask.dtype)], 1)
+    with torch.no_grad():
+        out = model(seqs.to(model.device), attention_mask=mask.to(model.device)).logits[:, -1]
+    return out.float().cpu()
+
+
+def _first_divergence(a, b):
+    """(row, position) of the first token where generations a and b differ, or None."""
+    for row in range(a.shape[0]):
+        diff = (a[row] != b[row]).nonzero()
+        if len(diff):
+            return row, int(diff[0])
+    return None
+
+
+def scenario_tp_generate():
+    """Transformers tensor parallelism as users write it, on a neuron device mesh; rank 0 compares the tokens
+    with a single-device neuron run and a CPU run of the same checkpoint, in float32 and bfloat16.
+
+    float32: the tokens must be identical. bfloat16: a row-split matmul rounds each rank's partial product to
+    bfloat16 before the all-reduce adds them, so TP logits differ from one device's by bfloat16 rounding
+    (single-device neuron and CPU differ from each other the same way: other summation orders). Tokens must
+    then be identical up to a first divergence, if any, that is a near-tie: on the common prefix, both chosen
+    tokens' float32 logits differ by no more than the two runs' own bfloat16 logit errors there (if run A picks
+    a and run B picks b while each is within e_A, e_B of the float32 logits l, then |l[a] - l[b]| <= e_A + e_B).
+    A real bug shows as a logit error far beyond bfloat16 rounding, which the first-step check catches."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from transformers import AutoModelForCausalLM, AutoTokenizer, DistributedConfig
+
+    mesh = DeviceMesh("neuron", list(range(WORLD)))
+    for path in sys.argv[2:]:
+        name = os.path.basename(path)
+        tok = AutoTokenizer.from_pretrained(path)
+        prompt_mask = _inputs(tok)["attention_mask"]
+        ref32 = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32) if RANK == 0 else None
+        for dtype in (torch.float32, torch.bfloat16):
+            tp_model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_mesh=mesh,
+                                                            distributed_config=DistributedConfig(tp_size=WORLD))
+            assert tp_model.device == DEV and type(tp_model.model.layers[0].mlp.down_proj.weight).__name__ == "DTensor"
+            tp, tp_logits = _generate(tp_model, tok)
+            runs, models = {"tp": (tp, tp_logits)}, {"tp": tp_model}
+            if RANK == 0:
+                for dev in ("neuron", "cpu"):
+                    models[dev] = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, device_map=dev)
+                    runs[dev] = _generate(models[dev], tok)
+                log(f"{name} {dtype}: {tok.batch_decode(tp[:, -NEW_TOKENS:])!r}")
+            # Pairs that differ: every rank takes part in the TP forward on the common prefix.
+            todo = [None]
+            if RANK == 0:
+                todo = [[(a, b, _first_divergence(runs[a][0], runs[b][0])) for a, b in
+                         (("tp", "neuron"), ("tp", "cpu"), ("neuron", "cpu"))]]
+            dist.broadcast_object_list(todo, src=0)
+            for a, b, where in todo[0]:
+                if where is None:
+                    continue
+                row, pos = where
+                assert dtype == torch.bfloat16, f"{name} float32: {a} and {b} differ at row {row}, position {pos}"
+                prefix = tp[row : row + 1, :pos]
+                got = {k: _next_logits(m, prompt_mask[row : row + 1], prefix)[0] for k, m in models.items()}
+                if RANK != 0:
+                    continue
+                exact = _next_logits(ref32, prompt_mask[row : row + 1], prefix)[0]
+                ta, tb = int(runs[a][0][row, pos]), int(runs[b][0][row, pos])
+                err_a, err_b = (got[a] - exact).abs().max().item(), (got[b] - exact).abs().max().item()
+                gap = abs(exact[ta] - exact[tb]).item()
+                log(f"{name} bf16 {a} vs {b}: first difference at row {row} position {pos} ({ta} vs {tb}); "
+                    f"float32 logit gap {gap:.4g} <= bf16 errors {err_a:.4g} + {err_b:.4g}")
+                assert gap <= err_a + err_b, (name, a, b, row, pos, gap, err_a, err_b)
+            if RANK == 0:
+                exact = _next_logits(ref32, prompt_mask, runs["tp"][0][:, : prompt_mask.shape[1]])
+                err = {k: (v[1] - exact).abs().max().item() for k, v in runs.items()}
+                log(f"{name} {dtype}: first-step logit error vs CPU float32: {err}")
+                if dtype == torch.float32:
+                    assert max(err.values()) < 1e-4, err
+                else:  # TP's bfloat16 error is of the size of one device's (it rounds partial sums once more)
+                    assert err["tp"] <= 2 * max(err["neuron"], err["cpu"]), err
+            del tp_model, models
+            dist.barrier()
+    dist.destroy_process_group()
+    log("OK tp generate")
 
 
 if __name__ == "__main__":
     torch.neuron.set_device(DEV)
     {"collectives": scenario_collectives, "training": scenario_training,
-     "dead_peer": scenario_dead_peer}[sys.argv[1]]()
+     "dead_peer": scenario_dead_peer, "tp_generate": scenario_tp_generate}[sys.argv[1]]()

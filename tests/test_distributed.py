@@ -1,8 +1,10 @@
-"""torch.distributed on neuron: torchrun with 2 ranks runs tests/distributed_worker.py scenarios."""
+"""torch.distributed on neuron: torchrun with 2 (and once 4) ranks runs tests/distributed_worker.py scenarios."""
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "distributed_worker.py")
@@ -15,13 +17,13 @@ def _shm_entries():
         return set()
 
 
-def torchrun(scenario, nproc=2, extra_env=None, timeout=170):
+def torchrun(scenario, nproc=2, extra_env=None, timeout=170, args=()):
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
     env.update(extra_env or {})
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone",
-           WORKER, scenario]
+           WORKER, scenario, *args]
     before = _shm_entries()
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     out = proc.stdout + proc.stderr
@@ -49,6 +51,26 @@ def test_ddp_fsdp2_tensor_parallel():
         assert out.count(tag) == 2, (tag, out[-3000:])
 
 
-def test_dead_peer_raises():
-    out = torchrun("dead_peer")
+def test_collectives_4_ranks():
+    # 4 ranks on a 2-core machine: waits must yield to the ranks that hold the cores.
+    out = torchrun("collectives", nproc=4)
+    assert out.count("OK collectives") == 4 and "shared memory: True" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("when", ["between", "inside"])
+def test_dead_peer_raises(when):
+    out = torchrun("dead_peer", args=[when])
     assert "OK dead peer raised" in out and "exited" in out, out[-3000:]
+
+
+def test_transformers_tensor_parallel_generate(tmp_path):
+    """from_pretrained(distributed_config=DistributedConfig(tp_size=2), device_mesh=DeviceMesh("neuron", ...)),
+    static-cache greedy generation: the tokens of one neuron device and of CPU (see the worker's scenario)."""
+    from torch_neuronx.testing.tiny_models import make_tiny_llama
+
+    paths = []
+    for kind in ("llama", "qwen3"):
+        paths.append(str(tmp_path / kind))
+        make_tiny_llama(paths[-1], model_type=kind)
+    out = torchrun("tp_generate", args=paths)
+    assert out.count("OK tp generate") == 2, out[-3000:]

@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+#include <exception>
 #include <fstream>
 #include <mutex>
 #include <numeric>
@@ -31,6 +33,15 @@ namespace {
   do {                                            \
     ncl_status _s = (expr);                       \
     if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
+  } while (0)
+
+// A collective: once it is entered, the C layer synchronises the ranks even when it fails (see Call).
+#define NCL_RUN(expr, op)                         \
+  do {                                            \
+    entered_ = true;                              \
+    ncl_status _s = (expr);                       \
+    if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
+    entered_ = false;                             \
   } while (0)
 
 // The dtype the collectives see. Copy-only collectives move any dtype as bytes.
@@ -162,7 +173,7 @@ class NeuronBackend : public c10d::Backend {
  public:
   NeuronBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeout_s,
                 c10::intrusive_ptr<c10d::Backend> gloo, bool force_gloo)
-      : c10d::Backend(rank, size), gloo_(std::move(gloo)), timeout_s_(timeout_s) {
+      : c10d::Backend(rank, size), gloo_(std::move(gloo)), timeout_s_(timeout_s), force_gloo_(force_gloo) {
     // Every rank publishes its workspace and host identity; shared memory is used only if all ranks
     // are on this host (the decision is the same on every rank: it depends on published values only).
     ncl_rank_info info{};
@@ -207,13 +218,50 @@ class NeuronBackend : public c10d::Backend {
   void shutdown() override {
     std::lock_guard<std::mutex> g(mu_);
     pending_.clear();
-
     gloo_pending_.clear();
+    last_split_.reset();
     ncl_comm_destroy(comm_);
     comm_ = nullptr;
   }
 
   const std::string getBackendName() const override { return "neuron"; }
+
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>("neuron", std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000)));
+  }
+
+  // DeviceMesh and split_group make sub-groups by splitting when the default group is bound to a device
+  // (init_process_group(device_id=...)). The ranks of the new group build it like a fresh one, from the
+  // store split_group gives them, through the Python factory (which also makes the inner Gloo backend).
+  bool supportsSplitting() const override { return true; }
+
+  // Collectives started on this group: equal on every rank while the ranks agree, so c10d can use it to
+  // spot desynchronisation. A new (or split) group starts at 0 on every rank.
+  void setSequenceNumberForGroup() override { seq_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override {
+    auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    std::string name = opts ? opts->group_name : std::string();
+    // ProcessGroup::splitGroup splits once per device type (neuron and cpu share this backend): both
+    // get the same child.
+    if (!name.empty() && name == last_split_name_ && last_split_) return last_split_;
+    double timeout_s = opts && opts->timeout.count() > 0 ? opts->timeout.count() / 1000.0 : timeout_s_;
+    int new_rank = static_cast<int>(it - ranks.begin()), new_size = static_cast<int>(ranks.size());
+    c10::intrusive_ptr<NeuronBackend> child;
+    {
+      pybind11::gil_scoped_acquire gil;
+      pybind11::object made = pybind11::module::import("torch_neuronx.distributed")
+                                  .attr("_create_split_backend")(store, new_rank, new_size, timeout_s, force_gloo_);
+      child = made.cast<c10::intrusive_ptr<NeuronBackend>>();
+    }
+    last_split_name_ = name;
+    last_split_ = child;
+    return child;
+  }
   bool usesSharedMemory() const { return comm_ != nullptr; }
 
   void setTimeout(std::chrono::milliseconds timeout) override {
@@ -226,11 +274,12 @@ class NeuronBackend : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override {
     if (auto w = maybe_gloo(tensors, {}, [&](auto& in, auto&) { return gloo_->broadcast(in, opts); }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "broadcast", opts.timeout);
     at::Tensor t = single(tensors, "broadcast");
     check_root(opts.rootRank, "broadcast");
     Buf b = buf(t, "broadcast");
-    NCL_CHECK(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
+    announce(t);
+    NCL_RUN(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
     return done(c10d::OpType::BROADCAST, tensors);
   }
 
@@ -248,7 +297,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_reduce", opts.timeout);
     all_reduce_one(single(tensors, "all_reduce"), opts.reduceOp, "all_reduce");
     return done(c10d::OpType::ALLREDUCE, tensors);
   }
@@ -266,7 +315,7 @@ class NeuronBackend : public c10d::Backend {
           return done(c10d::OpType::ALLREDUCE_COALESCED, in);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_reduce_coalesced", opts.timeout);
     for (auto& t : tensors) all_reduce_one(t, opts.reduceOp, "all_reduce_coalesced");
     return done(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   }
@@ -289,14 +338,15 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce", opts.timeout);
     at::Tensor t = single(tensors, "reduce");
     check_root(opts.rootRank, "reduce");
     double factor;
     ncl_redop op = redop_of(opts.reduceOp, &factor, "reduce");
     Buf b = buf(t, "reduce", true);
     bool root = opts.rootRank == rank_;
-    NCL_CHECK(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
+    announce(t);
+    NCL_RUN(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
                          static_cast<int>(opts.rootRank)),
               "reduce");
     return done(c10d::OpType::REDUCE, tensors);
@@ -309,7 +359,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->allgather(outputs, in, opts);
         }, &outputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather", opts.timeout);
     at::Tensor in = single(inputs, "all_gather");
     TORCH_CHECK(outputs.size() == 1 && outputs[0].size() == static_cast<size_t>(size_),
                 "all_gather: expected one list of ", size_, " output tensors");
@@ -319,7 +369,8 @@ class NeuronBackend : public c10d::Backend {
       same_shape(outputs[0][r], in, "all_gather", "output", r);
       recv[r] = buf(outputs[0][r], "all_gather").ptr;
     }
-    NCL_CHECK(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
+    announce(in);
+    NCL_RUN(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
     return done(c10d::OpType::ALLGATHER, outputs[0]);
   }
 
@@ -330,7 +381,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->_allgather_base(out[0], in[0], opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather_into_tensor", opts.timeout);
     all_gather_tensor(output, input);
     return done(c10d::OpType::_ALLGATHER_BASE, outs);
   }
@@ -342,7 +393,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->allgather_into_tensor_coalesced(out, in, opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_gather_into_tensor_coalesced", opts.timeout);
     TORCH_CHECK(outputs.size() == inputs.size(), "all_gather_into_tensor_coalesced: ", outputs.size(),
                 " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); i++) all_gather_tensor(outputs[i], inputs[i]);
@@ -379,7 +430,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }, nullptr, &inputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter", opts.timeout);
     at::Tensor out = single(outputs, "reduce_scatter");
     TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_),
                 "reduce_scatter: expected one list of ", size_, " input tensors");
@@ -391,7 +442,8 @@ class NeuronBackend : public c10d::Backend {
       same_shape(inputs[0][r], out, "reduce_scatter", "input", r);
       send[r] = buf(inputs[0][r], "reduce_scatter", true).ptr;
     }
-    NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
+    announce(out);
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
     return done(c10d::OpType::REDUCE_SCATTER, outputs);
   }
 
@@ -415,7 +467,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter_tensor", opts.timeout);
     reduce_scatter_tensor(output, input, opts.reduceOp);
     return done(c10d::OpType::_REDUCE_SCATTER_BASE, outs);
   }
@@ -428,7 +480,7 @@ class NeuronBackend : public c10d::Backend {
           return done(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, out);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "reduce_scatter_tensor_coalesced", opts.timeout);
     TORCH_CHECK(outputs.size() == inputs.size(), "reduce_scatter_tensor_coalesced: ", outputs.size(),
                 " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); i++) reduce_scatter_tensor(outputs[i], inputs[i], opts.reduceOp);
@@ -444,7 +496,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->alltoall_base(out[0], in[0], output_splits, input_splits, opts);
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_to_all_single", opts.timeout);
     TORCH_CHECK(input.scalar_type() == output.scalar_type(), "all_to_all_single: input dtype ",
                 input.scalar_type(), " differs from output dtype ", output.scalar_type());
     Buf in = buf(input, "all_to_all_single"), out = buf(output, "all_to_all_single");
@@ -459,7 +511,8 @@ class NeuronBackend : public c10d::Backend {
       so += sc[r];
       ro += rc[r];
     }
-    NCL_CHECK(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
+    announce(input);
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
     return done(c10d::OpType::ALLTOALL_BASE, outs);
   }
 
@@ -491,7 +544,7 @@ class NeuronBackend : public c10d::Backend {
           return w;
         }))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "all_to_all", opts.timeout);
     TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == static_cast<size_t>(size_),
                 "all_to_all: expected ", size_, " input and output tensors, got ", inputs.size(), " and ",
                 outputs.size());
@@ -510,7 +563,7 @@ class NeuronBackend : public c10d::Backend {
       rc[r] = o.count;
       dt = i.dt;
     }
-    NCL_CHECK(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all");
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all");
     return done(c10d::OpType::ALLTOALL, outputs);
   }
 
@@ -521,7 +574,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->gather(outputs, in, opts);
         }, &outputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "gather", opts.timeout);
     at::Tensor in = single(inputs, "gather");
     check_root(opts.rootRank, "gather");
     Buf b = buf(in, "gather");
@@ -535,7 +588,8 @@ class NeuronBackend : public c10d::Backend {
         recv[r] = buf(outputs[0][r], "gather").ptr;
       }
     }
-    NCL_CHECK(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
+    announce(in);
+    NCL_RUN(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
                          static_cast<int>(opts.rootRank)),
               "gather");
     return done(c10d::OpType::GATHER, root ? outputs[0] : std::vector<at::Tensor>{});
@@ -548,7 +602,7 @@ class NeuronBackend : public c10d::Backend {
           return gloo_->scatter(out, inputs, opts);
         }, nullptr, &inputs))
       return w;
-    Call call(this, opts.timeout);
+    Call call(this, "scatter", opts.timeout);
     at::Tensor out = single(outputs, "scatter");
     check_root(opts.rootRank, "scatter");
     Buf b = buf(out, "scatter");
@@ -562,7 +616,8 @@ class NeuronBackend : public c10d::Backend {
         send[r] = buf(inputs[0][r], "scatter").ptr;
       }
     }
-    NCL_CHECK(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
+    announce(out);
+    NCL_RUN(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
                           static_cast<int>(opts.rootRank)),
               "scatter");
     return done(c10d::OpType::SCATTER, outputs);
@@ -570,7 +625,7 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->send(t, dst, tag); });
-    Call call(this, c10d::kUnsetTimeout);
+    Call call(this, nullptr, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "send");
     Buf b = buf(t, "send");
     uint64_t ticket = 0;
@@ -584,7 +639,7 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     if (!comm_ || tensors_on_cpu(tensors)) return gloo_p2p(tensors, [&](auto& t) { return gloo_->recv(t, src, tag); });
-    Call call(this, c10d::kUnsetTimeout);
+    Call call(this, nullptr, c10d::kUnsetTimeout);
     at::Tensor t = single(tensors, "recv");
     Buf b = buf(t, "recv");
     NCL_CHECK(ncl_recv(comm_, b.ptr, b.count * static_cast<int64_t>(ncl_dtype_size(b.dt)), src, tag), "recv");
@@ -598,8 +653,8 @@ class NeuronBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     if (!comm_) return gloo_->barrier(opts);
-    Call call(this, opts.timeout);
-    NCL_CHECK(ncl_barrier(comm_), "barrier");
+    Call call(this, "barrier", opts.timeout);
+    NCL_RUN(ncl_barrier(comm_), "barrier");
     return done(c10d::OpType::BARRIER, {});
   }
 
@@ -620,18 +675,29 @@ class NeuronBackend : public c10d::Backend {
     at::Tensor t;
   };
 
-  // Holds the communicator for one call and applies a per-call timeout.
+  // Holds the communicator for one call and applies a per-call timeout. If this rank's arguments are
+  // rejected before it reaches the collective (a TORCH_CHECK on sizes, dtypes, ...), it still takes part
+  // in the call's start, flagged, so the peers raise at once instead of waiting for the timeout.
   struct Call {
     NeuronBackend* pg;
+    const char* what;  // nullptr: point to point (no collective to take part in)
     std::unique_lock<std::mutex> lock;
     bool custom;
-    Call(NeuronBackend* p, std::chrono::milliseconds timeout) : pg(p), lock(p->mu_) {
+    int exceptions;
+    Call(NeuronBackend* p, const char* w, std::chrono::milliseconds timeout) : pg(p), what(w), lock(p->mu_) {
       TORCH_CHECK(pg->comm_ != nullptr, "neuron process group: the group was shut down");
+      pg->seq_++;
+      pg->entered_ = false;
+      exceptions = std::uncaught_exceptions();
       pg->prune_pending();
       custom = timeout != c10d::kUnsetTimeout && timeout.count() > 0;
       if (custom) ncl_comm_set_timeout(pg->comm_, timeout.count() / 1000.0);
     }
     ~Call() {
+      if (what && !pg->entered_ && std::uncaught_exceptions() > exceptions && pg->comm_) {
+        std::string reason = std::string("its arguments to ") + what + " were rejected (the error on that rank says why)";
+        ncl_call_reject(pg->comm_, what, reason.c_str());
+      }
       if (custom && pg->comm_) ncl_comm_set_timeout(pg->comm_, pg->timeout_s_);
     }
   };
@@ -727,6 +793,11 @@ class NeuronBackend : public c10d::Backend {
     return c10::make_intrusive<NeuronWork>(rank_, type, outs);
   }
 
+  // The shape the next collective names in a mismatch error (the header carries it; no extra sync).
+  void announce(const at::Tensor& t) {
+    ncl_comm_set_shape(comm_, static_cast<int>(t.dim()), t.sizes().data());
+  }
+
   at::Tensor single(const std::vector<at::Tensor>& v, const char* what) {
     TORCH_CHECK(v.size() == 1, what, ": the neuron process group takes exactly one tensor per rank, got ",
                 v.size());
@@ -765,7 +836,8 @@ class NeuronBackend : public c10d::Backend {
     TORCH_CHECK(!t.is_complex() || op == NCL_SUM || op == NCL_AVG || op == NCL_PREMUL_SUM, what,
                 ": complex tensors support SUM, AVG and PREMUL_SUM only");
     Buf b = buf(t, what, true);
-    NCL_CHECK(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
+    announce(t);
+    NCL_RUN(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
   }
 
   void all_gather_tensor(at::Tensor& output, const at::Tensor& input) {
@@ -778,7 +850,8 @@ class NeuronBackend : public c10d::Backend {
     std::vector<void*> recv(size_);
     size_t piece = static_cast<size_t>(in.count) * ncl_dtype_size(in.dt);
     for (int r = 0; r < size_; r++) recv[r] = static_cast<char*>(out.ptr) + piece * r;
-    NCL_CHECK(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
+    announce(input);
+    NCL_RUN(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
   }
 
   void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& rop) {
@@ -793,7 +866,8 @@ class NeuronBackend : public c10d::Backend {
     std::vector<const void*> send(size_);
     size_t piece = static_cast<size_t>(out.count) * ncl_dtype_size(out.dt);
     for (int r = 0; r < size_; r++) send[r] = static_cast<const char*>(in.ptr) + piece * r;
-    NCL_CHECK(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
+    announce(input);
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
   }
 
   // Element counts per rank of an all_to_all_single split along dim 0 (equal when no splits given).
@@ -827,6 +901,11 @@ class NeuronBackend : public c10d::Backend {
   ncl_comm* comm_ = nullptr;
   c10::intrusive_ptr<c10d::Backend> gloo_;
   double timeout_s_;
+  bool force_gloo_;
+  bool entered_ = false;  // the current call reached the C collective (which synchronises on its own)
+  uint64_t seq_ = 0;
+  std::string last_split_name_;
+  c10::intrusive_ptr<c10d::Backend> last_split_;
   std::mutex mu_;
   std::vector<Pending> pending_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<at::Tensor>>> gloo_pending_;

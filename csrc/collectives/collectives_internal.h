@@ -9,6 +9,7 @@
 #define NCL_MAGIC UINT64_C(0x4e434c5753303031) /* "NCLWS001" */
 #define NCL_RING 64                            /* messages in flight per (sender, receiver) pair */
 #define NCL_MAP_CACHE 64                       /* mapped peer segments kept per peer */
+#define NCL_SCRATCH_BYTES (64 * 1024)          /* per-communicator block buffer of the reductions */
 
 /* A counter peers wait on. waiters lets the writer skip the futex wake when nobody sleeps. */
 typedef struct ncl_flag {
@@ -40,6 +41,9 @@ typedef struct ncl_header {
     double factor;
     int32_t npieces;
     int32_t zero_copy;   /* 1 if some piece is in device memory: an end barrier follows */
+    int32_t ndim;        /* the caller's tensor shape, for error messages only (-1: not given) */
+    int64_t shape[NCL_SHAPE_DIMS];
+    char reject_reason[160]; /* npieces < 0: why this rank could not take part */
     ncl_piece pieces[];  /* 2 * size + 1 entries */
 } ncl_header;
 
@@ -96,6 +100,7 @@ typedef enum ncl_op {
 struct ncl_comm {
     int rank, size;
     double timeout_s;
+    double spin_s;        /* how long a wait spins before yielding the core */
     int ws_fd;
     ncl_layout layout;
     ncl_region *self;     /* this rank's workspace */
@@ -107,6 +112,9 @@ struct ncl_comm {
     ncl_status broken;    /* non-zero after a timeout or dead peer */
     char broken_msg[768];
     const void *own_ptr[2 * NCL_MAX_RANKS + 1]; /* this call's pieces, as local pointers */
+    void *scratch;        /* NCL_SCRATCH_BYTES, 64-byte aligned */
+    int32_t next_ndim;    /* shape announced by ncl_comm_set_shape for the next call (-1: none) */
+    int64_t next_shape[NCL_SHAPE_DIMS];
 };
 
 ncl_status ncl_error(ncl_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

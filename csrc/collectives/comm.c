@@ -115,10 +115,17 @@ ncl_status ncl_comm_create(int rank, int size, double timeout_s, ncl_comm **out)
     c->rank = rank;
     c->size = size;
     c->timeout_s = timeout_s;
+    c->next_ndim = -1;
+    /* Spinning pays only when every rank can have a core of its own: with more ranks than usable CPUs a
+     * spinning rank would hold the core the rank it waits for needs. */
+    cpu_set_t cpus;
+    int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    c->spin_s = size <= ncpu ? 50e-6 : 0.0;
     c->ws_fd = -1;
     ncl_layout_compute(&c->layout, size);
     c->peers = calloc((size_t)size, sizeof *c->peers);
-    if (c->peers == NULL)
+    c->scratch = aligned_alloc(64, NCL_SCRATCH_BYTES);
+    if (c->peers == NULL || c->scratch == NULL)
         goto fail_oom;
     for (int r = 0; r < size; r++)
         c->peers[r].pidfd = -1;
@@ -227,6 +234,7 @@ void ncl_comm_destroy(ncl_comm *c)
         }
         free(c->peers);
     }
+    free(c->scratch);
     if (c->self != NULL)
         munmap(c->self, c->layout.total);
     if (c->ws_fd >= 0)
@@ -240,6 +248,13 @@ ncl_status ncl_comm_set_timeout(ncl_comm *c, double timeout_s)
         return ncl_error(NCL_INVALID, "ncl_comm_set_timeout: timeout must be > 0 seconds, got %g", timeout_s);
     c->timeout_s = timeout_s;
     return NCL_SUCCESS;
+}
+
+void ncl_comm_set_shape(ncl_comm *c, int ndim, const int64_t *sizes)
+{
+    c->next_ndim = ndim < 0 ? -1 : ndim;
+    for (int i = 0; i < ndim && i < NCL_SHAPE_DIMS; i++)
+        c->next_shape[i] = sizes[i];
 }
 
 int ncl_comm_rank(const ncl_comm *c) { return c->rank; }
@@ -310,11 +325,11 @@ ncl_status ncl_flag_wait(ncl_comm *c, ncl_flag *f, uint32_t target, int peer, co
         return NCL_SUCCESS;
     /* Spin a little: the peer usually arrives within microseconds, far below a futex round trip. */
     double start = ncl_now();
-    for (int i = 1;; i++) {
+    for (int i = 1; c->spin_s > 0; i++) {
         ncl_cpu_relax();
         if (ncl_reached(atomic_load(&f->value), target))
             return NCL_SUCCESS;
-        if ((i & 255) == 0 && ncl_now() - start > 50e-6)
+        if ((i & 255) == 0 && ncl_now() - start > c->spin_s)
             break;
     }
     double deadline = start + c->timeout_s;

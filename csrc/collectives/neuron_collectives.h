@@ -13,12 +13,16 @@
  *     synchronisation instead of two.
  *   - all_reduce/reduce of large messages: each rank reduces its 1/N slice of every rank's input and
  *     writes it to every rank's output (reduce-scatter and all-gather fused). Small messages: every rank
- *     reads all staged inputs and reduces the whole message itself (one shot).
- *   - Every call exchanges a header (operation, dtype, count, root, reduce op) and fails with
- *     NCL_MISMATCH on every rank if the ranks disagree.
- *   - Waits spin briefly, then sleep on a futex in the peer's workspace. A peer that exited (pidfd),
- *     a peer that aborted, or the communicator's timeout end the wait with an error; after a timeout or
- *     a dead peer the communicator is broken and every later call fails at once.
+ *     reads all staged inputs and reduces the whole message itself (one shot). Large all_gather: each
+ *     rank writes its input into every rank's output. Every input byte is thus read from memory once.
+ *   - Reductions go block by block through a scratch buffer that stays in cache; large results and copies
+ *     are written with non-temporal stores (no read-for-ownership of the destination lines).
+ *   - Every call exchanges a header (operation, dtype, count, root, reduce op, and the caller's shape
+ *     for messages) and fails with NCL_MISMATCH on every rank if the ranks disagree.
+ *   - Waits spin briefly (not at all when the ranks outnumber the usable CPUs), then yield, then sleep on
+ *     a futex in the peer's workspace. A peer that exited (pidfd), a peer that aborted, or the
+ *     communicator's timeout end the wait with an error; after a timeout or a dead peer the communicator
+ *     is broken and every later call fails at once.
  *   - Floating-point reductions accumulate in float (double for float64) in rank order, and round once,
  *     so every rank gets bit-identical results. Integer sums and products wrap like PyTorch's.
  *   - A communicator is used by one thread at a time.
@@ -76,6 +80,8 @@ typedef enum ncl_redop {
 /* Contributions of at most this many bytes per rank are staged through the workspace. */
 #define NCL_STAGE_BYTES ((size_t)64 * 1024)
 #define NCL_MAX_RANKS 256
+/* Dimensions of a shape carried in the call header (larger shapes are reported by their first ones). */
+#define NCL_SHAPE_DIMS 6
 
 const char *ncl_status_str(ncl_status s);
 /* Message of the calling thread's last failing call ("" if none). */
@@ -106,6 +112,13 @@ void ncl_comm_destroy(ncl_comm *c);
 ncl_status ncl_comm_set_timeout(ncl_comm *c, double timeout_s);
 int ncl_comm_rank(const ncl_comm *c);
 int ncl_comm_size(const ncl_comm *c);
+/* The tensor shape of the next collective on this communicator: it is exchanged with the call header
+ * and named in mismatch errors (ranks may legitimately pass different shapes of the same count). */
+void ncl_comm_set_shape(ncl_comm *c, int ndim, const int64_t *sizes);
+/* This rank cannot take part in the next collective (its caller rejected the arguments): it passes the
+ * call's start barrier, flagged, so the peers fail that call at once with NCL_INVALID naming the rank and
+ * reason, instead of waiting for the timeout. Returns NCL_INVALID (or the error of the barrier). */
+ncl_status ncl_call_reject(ncl_comm *c, const char *what, const char *reason);
 /* Marks this rank as aborted so peers waiting for it fail at once with the given reason. */
 void ncl_comm_abort(ncl_comm *c, const char *reason);
 

@@ -6,8 +6,12 @@
  *      reusing their buffers) before the peers are done. */
 #include "collectives_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define NCL_ALIGN(x) (((x) + 63) & ~(uint64_t)63)
 
@@ -27,16 +31,43 @@ static const char *ncl_op_name(int op)
     return "unknown";
 }
 
+/* Appends to buf (size n, holding *k characters) without running past its end. */
+static void ncl_append(char *buf, size_t n, size_t *k, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void ncl_append(char *buf, size_t n, size_t *k, const char *fmt, ...)
+{
+    if (*k + 1 >= n)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *k, n - *k, fmt, ap);
+    va_end(ap);
+    if (w > 0)
+        *k = *k + (size_t)w < n ? *k + (size_t)w : n - 1;
+}
+
 static void ncl_header_str(const ncl_header *h, char *buf, size_t n)
 {
-    int k = snprintf(buf, n, "%s(dtype=%s", ncl_op_name(h->op), ncl_dtype_name((ncl_dtype)h->dtype));
+    size_t k = 0;
+    buf[0] = 0;
+    ncl_append(buf, n, &k, "%s(dtype=%s", ncl_op_name(h->op), ncl_dtype_name((ncl_dtype)h->dtype));
     if (h->count >= 0)
-        k += snprintf(buf + k, n - (size_t)k, ", count=%lld", (long long)h->count);
+        ncl_append(buf, n, &k, ", count=%lld", (long long)h->count);
+    if (h->ndim >= 0) {
+        ncl_append(buf, n, &k, ", shape=[");
+        for (int i = 0; i < h->ndim; i++) {
+            if (i == NCL_SHAPE_DIMS) {
+                ncl_append(buf, n, &k, ", ...");
+                break;
+            }
+            ncl_append(buf, n, &k, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
+        }
+        ncl_append(buf, n, &k, "]");
+    }
     if (h->op == NCL_OP_ALL_REDUCE || h->op == NCL_OP_REDUCE || h->op == NCL_OP_REDUCE_SCATTER)
-        k += snprintf(buf + k, n - (size_t)k, ", op=%s", ncl_redop_name((ncl_redop)h->redop));
+        ncl_append(buf, n, &k, ", op=%s", ncl_redop_name((ncl_redop)h->redop));
     if (h->root >= 0)
-        k += snprintf(buf + k, n - (size_t)k, ", root=%d", h->root);
-    snprintf(buf + k, n - (size_t)k, ")");
+        ncl_append(buf, n, &k, ", root=%d", h->root);
+    ncl_append(buf, n, &k, ")");
 }
 
 typedef struct ncl_call {
@@ -58,6 +89,8 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     k->what = what;
     k->end_barrier = false;
     k->id = 0;
+    int ndim = c->next_ndim; /* the announced shape belongs to this call only, even if it fails early */
+    c->next_ndim = -1;
     ncl_status st = ncl_check_usable(c, what);
     if (st != NCL_SUCCESS)
         return st;
@@ -76,6 +109,9 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     h->factor = factor;
     h->npieces = npieces;
     h->zero_copy = 0;
+    h->ndim = ndim;
+    for (int i = 0; i < ndim && i < NCL_SHAPE_DIMS; i++)
+        h->shape[i] = c->next_shape[i];
     char *slot = ncl_slot(c, c->rank, k->id);
     uint64_t off = 0;
     ncl_status local = NCL_SUCCESS;
@@ -109,6 +145,7 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     if (local != NCL_SUCCESS) {
         h->npieces = -1;
         snprintf(local_msg, sizeof local_msg, "%s", ncl_last_error());
+        snprintf(h->reject_reason, sizeof h->reject_reason, "%s", local_msg);
     }
     st = ncl_phase_barrier(c, what);
     if (st != NCL_SUCCESS)
@@ -122,14 +159,14 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
         if (r == c->rank)
             continue;
         if (o->npieces < 0)
-            return ncl_error(NCL_INVALID, "%s: rank %d could not take part in call #%llu (invalid arguments on "
-                             "that rank)", what, r, (unsigned long long)h->call);
+            return ncl_error(NCL_INVALID, "%s: rank %d could not take part in call #%llu: %s", what, r,
+                             (unsigned long long)h->call, o->reject_reason);
         bool same = o->call == h->call && o->op == h->op && o->dtype == h->dtype && o->root == h->root &&
                     o->count == h->count;
         if (same && (op == NCL_OP_ALL_REDUCE || op == NCL_OP_REDUCE || op == NCL_OP_REDUCE_SCATTER))
             same = o->redop == h->redop;
         if (!same) {
-            char mine[160], theirs[160];
+            char mine[320], theirs[320];
             ncl_header_str(h, mine, sizeof mine);
             ncl_header_str(o, theirs, sizeof theirs);
             return ncl_error(NCL_MISMATCH,
@@ -140,6 +177,25 @@ static ncl_status ncl_begin_meta(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt,
     }
     k->end_barrier = zero_copy;
     return NCL_SUCCESS;
+}
+
+ncl_status ncl_call_reject(ncl_comm *c, const char *what, const char *reason)
+{
+    ncl_status st = ncl_check_usable(c, what);
+    if (st != NCL_SUCCESS)
+        return st;
+    c->next_ndim = -1;
+    uint64_t id = c->calls++;
+    ncl_header *h = ncl_header_of(c, c->rank, id);
+    memset(h, 0, sizeof *h);
+    h->call = id;
+    h->npieces = -1;
+    h->ndim = -1;
+    snprintf(h->reject_reason, sizeof h->reject_reason, "%s", reason ? reason : "invalid arguments");
+    st = ncl_phase_barrier(c, what);
+    if (st != NCL_SUCCESS)
+        return st;
+    return ncl_error(NCL_INVALID, "%s: %s", what, h->reject_reason);
 }
 
 static ncl_status ncl_begin(ncl_comm *c, ncl_call *k, int op, ncl_dtype dt, ncl_redop redop, int root,
@@ -176,15 +232,99 @@ static ncl_status ncl_root_check(ncl_comm *c, int root, const char *what)
     return NCL_SUCCESS;
 }
 
-static void ncl_copy(void *dst, const void *src, size_t n)
+/* Copies of at least this many bytes bypass the caches (non-temporal stores): the destination would not
+ * stay in this core's cache anyway, and skipping the read-for-ownership of every destination line saves a
+ * third of the memory traffic. */
+#define NCL_STREAM_BYTES ((size_t)1 << 20)
+
+#if defined(__x86_64__)
+static void ncl_stream_copy(char *dst, const char *src, size_t n)
 {
-    if (dst != src && n > 0)
-        memmove(dst, src, n);
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > n)
+        head = n;
+    memcpy(dst, src, head);
+    dst += head, src += head, n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(dst + i), a);
+        _mm_stream_si128((__m128i *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(dst + i + 32), c);
+        _mm_stream_si128((__m128i *)(dst + i + 48), d);
+    }
+    memcpy(dst + i, src + i, n - i);
+}
+/* Non-temporal stores are weakly ordered: fence them before a peer may read the data. */
+static void ncl_stream_fence(void) { _mm_sfence(); }
+#else
+static void ncl_stream_copy(char *dst, const char *src, size_t n) { memcpy(dst, src, n); }
+static void ncl_stream_fence(void) {}
+#endif
+
+/* src to every one of dsts (none overlapping src), block by block so src is read from memory once. */
+static void ncl_copy_to_all(char *const *dsts, int ndst, const void *src, size_t bytes)
+{
+    bool stream = bytes >= NCL_STREAM_BYTES;
+    for (size_t b0 = 0; b0 < bytes; b0 += NCL_SCRATCH_BYTES) {
+        size_t m = bytes - b0 < NCL_SCRATCH_BYTES ? bytes - b0 : NCL_SCRATCH_BYTES;
+        for (int j = 0; j < ndst; j++) {
+            if (stream)
+                ncl_stream_copy(dsts[j] + b0, (const char *)src + b0, m);
+            else
+                memcpy(dsts[j] + b0, (const char *)src + b0, m);
+        }
+    }
+    if (stream)
+        ncl_stream_fence();
 }
 
-/* Elements per block of the fused reduce + broadcast: the block is reduced into one destination, then
- * copied to the others while it is still in cache. */
-#define NCL_FUSE_BLOCK 8192
+/* memmove, streaming when large and the ranges do not overlap. */
+static void ncl_copy(void *dst, const void *src, size_t n)
+{
+    if (dst == src || n == 0)
+        return;
+    const char *d = dst, *s = src;
+    if (n >= NCL_STREAM_BYTES && (d + n <= s || s + n <= d)) {
+        ncl_stream_copy(dst, src, n);
+        ncl_stream_fence();
+    } else {
+        memmove(dst, src, n);
+    }
+}
+
+/* Elements per block of the fused reduce + broadcast: the block is reduced into the communicator's
+ * scratch (it stays in L1/L2), then streamed to every destination. */
+#define NCL_FUSE_BLOCK (NCL_SCRATCH_BYTES / 8)
+
+/* Elements [lo, hi) of the reduction over srcs, written to every one of dsts: block by block through the
+ * scratch (in cache), streamed out when the slice is large. The sources are read before any destination
+ * of the block is written, so a destination may be one of the sources (in place). */
+static ncl_status ncl_reduce_blocks(ncl_comm *c, char *const *dsts, int ndst, const void *const *srcs,
+                                    const double *factors, int nsrc, int64_t lo, int64_t hi, ncl_dtype dt,
+                                    ncl_redop redop)
+{
+    size_t es = ncl_dtype_size(dt);
+    bool stream = (size_t)(hi - lo) * es >= NCL_STREAM_BYTES;
+    ncl_status st = NCL_SUCCESS;
+    for (int64_t b0 = lo; b0 < hi && st == NCL_SUCCESS; b0 += NCL_FUSE_BLOCK) {
+        int64_t m = hi - b0 < NCL_FUSE_BLOCK ? hi - b0 : NCL_FUSE_BLOCK;
+        const void *s[NCL_MAX_RANKS];
+        for (int r = 0; r < nsrc; r++)
+            s[r] = (const char *)srcs[r] + (size_t)b0 * es;
+        st = ncl_reduce_local(c->scratch, s, factors, nsrc, m, dt, redop, nsrc);
+        for (int j = 0; j < ndst && st == NCL_SUCCESS; j++) {
+            if (stream)
+                ncl_stream_copy(dsts[j] + (size_t)b0 * es, c->scratch, (size_t)m * es);
+            else
+                memcpy(dsts[j] + (size_t)b0 * es, c->scratch, (size_t)m * es);
+        }
+    }
+    if (stream)
+        ncl_stream_fence();
+    return st;
+}
 
 static ncl_status ncl_reduce_common(ncl_comm *c, const void *send, void *recv, int64_t count, ncl_dtype dt,
                                     ncl_redop redop, double factor, int root, const char *what)
@@ -225,29 +365,11 @@ static ncl_status ncl_reduce_common(ncl_comm *c, const void *send, void *recv, i
     for (int r = 0; r < n && st == NCL_SUCCESS; r++) {
         st = ncl_piece_ptr(c, r, k.id, 0, (void **)&srcs[r], what);
         factors[r] = ncl_header_of(c, r, k.id)->factor;
-        if (st == NCL_SUCCESS && (root < 0 || r == root)) {
-            /* The first destination is this rank's own output when it has one: reducing into local
-             * memory and copying to the peers keeps the remote writes plain stores. */
-            void *d;
-            st = ncl_piece_ptr(c, r, k.id, 1, &d, what);
-            if (r == c->rank && ndst > 0) {
-                dsts[ndst++] = dsts[0];
-                dsts[0] = d;
-            } else {
-                dsts[ndst++] = d;
-            }
-        }
+        if (st == NCL_SUCCESS && (root < 0 || r == root))
+            st = ncl_piece_ptr(c, r, k.id, 1, (void **)&dsts[ndst++], what);
     }
-    for (int64_t b0 = lo; b0 < hi && st == NCL_SUCCESS; b0 += NCL_FUSE_BLOCK) {
-        int64_t m = hi - b0 < NCL_FUSE_BLOCK ? hi - b0 : NCL_FUSE_BLOCK;
-        const void *s[NCL_MAX_RANKS];
-        for (int r = 0; r < n; r++)
-            s[r] = (const char *)srcs[r] + (size_t)b0 * es;
-        char *d0 = dsts[0] + (size_t)b0 * es;
-        st = ncl_reduce_local(d0, s, factors, n, m, dt, redop, n);
-        for (int j = 1; j < ndst && st == NCL_SUCCESS; j++)
-            memcpy(dsts[j] + (size_t)b0 * es, d0, (size_t)m * es);
-    }
+    if (st == NCL_SUCCESS)
+        st = ncl_reduce_blocks(c, dsts, ndst, srcs, factors, n, lo, hi, dt, redop);
     return ncl_end(c, &k, st);
 }
 
@@ -314,14 +436,40 @@ ncl_status ncl_all_gather(ncl_comm *c, const void *send, void *const *recv, int6
         st = ncl_check_usable(c, what);
     if (st != NCL_SUCCESS)
         return st;
+    int n = c->size;
     int64_t bytes = count * (int64_t)ncl_dtype_size(dt);
-    st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, &send, &bytes, 1, true, what);
-    for (int r = 0; r < c->size && st == NCL_SUCCESS; r++) {
-        void *src;
-        st = ncl_piece_ptr(c, r, k.id, 0, &src, what);
-        if (st == NCL_SUCCESS)
-            ncl_copy(recv[r], src, (size_t)bytes);
+    if ((uint64_t)bytes <= NCL_STAGE_BYTES) {
+        /* Small: staged once; every rank copies all contributions out of the slots. */
+        st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, &send, &bytes, 1, true, what);
+        for (int r = 0; r < n && st == NCL_SUCCESS; r++) {
+            void *src;
+            st = ncl_piece_ptr(c, r, k.id, 0, &src, what);
+            if (st == NCL_SUCCESS)
+                ncl_copy(recv[r], src, (size_t)bytes);
+        }
+        return ncl_end(c, &k, st);
     }
+    /* Large: every rank writes its contribution into every rank's output, block by block, so each input
+     * is read from memory once instead of once per rank. Pieces: the input, then the outputs. */
+    const void *ptrs[NCL_MAX_RANKS + 1];
+    int64_t b[NCL_MAX_RANKS + 1];
+    ptrs[0] = send;
+    b[0] = bytes;
+    for (int r = 0; r < n; r++) {
+        ptrs[1 + r] = recv[r];
+        b[1 + r] = bytes;
+    }
+    st = ncl_begin(c, &k, NCL_OP_ALL_GATHER, dt, NCL_SUM, -1, count, 0, ptrs, b, n + 1, false, what);
+    char *dsts[NCL_MAX_RANKS];
+    int ndst = 0;
+    for (int j = 0; j < n && st == NCL_SUCCESS; j++) {
+        int q = (c->rank + j) % n; /* ranks start on different targets */
+        st = ncl_piece_ptr(c, q, k.id, 1 + c->rank, (void **)&dsts[ndst], what);
+        if (st == NCL_SUCCESS && dsts[ndst] != send) /* in place on this rank: nothing to copy */
+            ndst++;
+    }
+    if (st == NCL_SUCCESS)
+        ncl_copy_to_all(dsts, ndst, send, (size_t)bytes);
     return ncl_end(c, &k, st);
 }
 
@@ -348,8 +496,10 @@ ncl_status ncl_reduce_scatter(ncl_comm *c, const void *const *send, void *recv, 
         st = ncl_piece_ptr(c, r, k.id, c->rank, (void **)&srcs[r], what);
         factors[r] = ncl_header_of(c, r, k.id)->factor;
     }
-    if (st == NCL_SUCCESS)
-        st = ncl_reduce_local(recv, srcs, factors, c->size, count, dt, op, c->size);
+    if (st == NCL_SUCCESS) {
+        char *dst = recv;
+        st = ncl_reduce_blocks(c, &dst, 1, srcs, factors, c->size, 0, count, dt, op);
+    }
     return ncl_end(c, &k, st);
 }
 
@@ -532,7 +682,7 @@ ncl_status ncl_recv(ncl_comm *c, void *buf, int64_t bytes, int peer, int64_t tag
         char *base;
         st = ncl_map_segment(c, peer, &m->piece, &base, what);
         if (st == NCL_SUCCESS)
-            memcpy(buf, base + m->piece.offset, (size_t)bytes);
+            ncl_copy(buf, base + m->piece.offset, (size_t)bytes);
     }
     /* Consumed even on a mismatch, so the sender is not left waiting. */
     c->received[peer] = n + 1;

@@ -315,13 +315,30 @@ static int run_rank(int rank, shared *sh)
 
     /* Mismatched counts: every rank gets NCL_MISMATCH naming both calls; the communicator stays usable. */
     float *a = dev_alloc(400000 * 4);
+    int64_t shape[8] = {rank == 1 ? 10 : 1000, 100, 1, 1, 1, 1, 1, 10};
+    ncl_comm_set_shape(c, 2, shape);
     CHECK_ST(ncl_all_reduce(c, a, a, rank == 1 ? 1000 : 100000, NCL_F32, NCL_SUM, 0), NCL_MISMATCH);
-    CHECK(strstr(ncl_last_error(), "count=1000") != NULL);
+    CHECK(strstr(ncl_last_error(), "count=1000, shape=[10, 100]") != NULL);
+    /* Shapes longer than the header holds are named by their first dimensions. */
+    ncl_comm_set_shape(c, 8, shape + 2);
     CHECK_ST(ncl_broadcast(c, a, 10, rank == 0 ? NCL_F32 : NCL_I32, 0), NCL_MISMATCH);
+    CHECK(strstr(ncl_last_error(), "shape=[1, 1, 1, 1, 1, 10, ...]") != NULL);
+    /* A shape is announced for one call only. */
+    CHECK_OK(ncl_barrier(c));
+    CHECK_ST(ncl_broadcast(c, a, 10, rank == 0 ? NCL_F32 : NCL_I32, 0), NCL_MISMATCH);
+    CHECK(strstr(ncl_last_error(), "shape=") == NULL);
     /* A host buffer is rejected on that rank; the others learn it at once. */
     float host[4];
     CHECK_ST(ncl_all_reduce(c, rank == 2 ? host : a, a, 100000, NCL_F32, NCL_SUM, 0),
              rank == 2 ? NCL_INVALID : NCL_INVALID);
+    CHECK(strstr(ncl_last_error(), "not neuron device memory") != NULL);
+    CHECK_OK(ncl_barrier(c));
+    /* A rank whose caller rejected its arguments before the collective: the others fail that call at once. */
+    if (rank == 1)
+        CHECK_ST(ncl_call_reject(c, "all_gather", "output too small"), NCL_INVALID);
+    else
+        CHECK_ST(ncl_all_reduce(c, a, a, 100000, NCL_F32, NCL_SUM, 0), NCL_INVALID);
+    CHECK(strstr(ncl_last_error(), "output too small") != NULL);
     CHECK_OK(ncl_barrier(c));
 
     /* The last rank exits in the middle: the others fail quickly, without waiting for the timeout. */

@@ -49,6 +49,31 @@ def _create_backend(opts, pg_options=None):
     return _C._NeuronBackend(opts.store, rank, size, _timeout_seconds(timeout), gloo, _force_gloo())
 
 
+def _create_split_backend(store, rank, size, timeout_s, force_gloo):
+    """Called by the backend's split (C++) on the ranks of a new sub-group, with the sub-group's store."""
+    from torch.distributed import PrefixStore, ProcessGroupGloo
+
+    from .. import _C
+
+    gloo = ProcessGroupGloo(PrefixStore("neuron_gloo/", store), rank, size, timeout=timedelta(seconds=timeout_s))
+    return _C._NeuronBackend(store, rank, size, timeout_s, gloo, force_gloo)
+
+
+def _options_class():
+    from torch._C._distributed_c10d import Backend
+
+    class NeuronOptions(Backend.Options):
+        """What ``backend.options`` returns: split_group deep-copies it and passes it to ``split``."""
+
+        def __init__(self, timeout=timedelta(minutes=30)):
+            super().__init__(BACKEND_NAME, timeout)
+
+        def __deepcopy__(self, memo):
+            return NeuronOptions(self._timeout)
+
+    return NeuronOptions
+
+
 def _monitored_barrier_wrapper(original):
     """torch's monitored_barrier accepts only Gloo groups; neuron groups delegate to their Gloo."""
     from torch.distributed import distributed_c10d as c10d
@@ -73,6 +98,11 @@ def register() -> None:
     global _registered
     if _registered or not dist.is_available():
         return
+    from .. import _C
+
+    options_class = _options_class()
+    # split_group passes its own timeout to the split; the options only have to exist and be copyable.
+    _C._NeuronBackend.options = property(lambda self: options_class())
     dist.Backend.register_backend(BACKEND_NAME, _create_backend, extended_api=True, devices=["neuron", "cpu"])
     # register_backend does not take over "cpu" (Gloo stays its default) but makes neuron's default ours.
     dist.Backend.default_device_backend_map["neuron"] = BACKEND_NAME
