@@ -343,3 +343,20 @@ def test_index_put_accumulate_duplicates():
                 lambda: dev(x).index_put_((dev(torch.tensor([0])),), dev(torch.ones(2, 4))))
     raises_like(lambda: x.clone().index_put_((torch.tensor([0]),), torch.ones(4, dtype=torch.float64)),
                 lambda: dev(x).index_put_((dev(torch.tensor([0])),), dev(torch.ones(4, dtype=torch.float64))))
+
+
+def test_wrong_out_dtypes_raise_like_cpu():
+    x = make((4, 6), torch.float32, seed=15)
+    xd = dev(x)
+
+    def outs(*dtypes, device="cpu"):
+        return tuple(torch.empty(0, dtype=d, device=device) for d in dtypes)
+
+    raises_like(lambda: torch.sort(x, out=outs(torch.float32, torch.int32)),
+                lambda: torch.sort(xd, out=outs(torch.float32, torch.int32, device="neuron")))
+    raises_like(lambda: torch.topk(x, 2, out=outs(torch.float64, torch.int64)),
+                lambda: torch.topk(xd, 2, out=outs(torch.float64, torch.int64, device="neuron")))
+    raises_like(lambda: torch.isin(x, x[0], out=outs(torch.float32)[0]),
+                lambda: torch.isin(xd, xd[0], out=outs(torch.float32, device="neuron")[0]))
+    raises_like(lambda: torch.tril(x, out=outs(torch.int64)[0]),
+                lambda: torch.tril(xd, out=outs(torch.int64, device="neuron")[0]))

@@ -44,6 +44,10 @@ void assign(at::Tensor& out, const at::Tensor& r) {
   if (r.numel()) cpu_alias(out).copy_(r);
 }
 
+// A CPU tensor shaped and typed like an out= tensor: the CPU's out= kernel run into it makes the CPU's
+// dtype checks and resize warnings.
+at::Tensor cpu_like(const at::Tensor& out) { return at::empty(out.sizes(), out.options().device(at::kCPU)); }
+
 // ---- arange ---------------------------------------------------------------------------------------
 
 // Integral start/end/step whose values the out dtype holds exactly: then every evaluation order the
@@ -116,9 +120,10 @@ std::tuple<at::Tensor&, at::Tensor&> neuron_sort_out(const at::Tensor& self, std
   NEURON_NATIVE("aten::sort.values_stable");
   // The kernel's order is the stable one, which also satisfies stable=False (any order of ties).
   if (!sort_native(self, dim, descending, false, 0, false, values, indices)) {
-    auto r = at::sort(host(self), stable, dim, descending);
-    assign(values, std::get<0>(r));
-    assign(indices, std::get<1>(r));
+    at::Tensor v = cpu_like(values), i = cpu_like(indices);
+    at::sort_out(v, i, host(self), stable, dim, descending);
+    assign(values, v);
+    assign(indices, i);
   }
   return {values, indices};
 }
@@ -129,9 +134,10 @@ std::tuple<at::Tensor&, at::Tensor&> neuron_topk_out(const at::Tensor& self, c10
   // Always sorted (sorted=False leaves the order unspecified); ties in input order.
   const int64_t kk = k.expect_int();
   if (!common_dtype(self.scalar_type()) || !sort_native(self, dim, false, true, kk, largest, values, indices)) {
-    auto r = at::topk(host(self), kk, dim, largest, sorted);
-    assign(values, std::get<0>(r));
-    assign(indices, std::get<1>(r));
+    at::Tensor v = cpu_like(values), i = cpu_like(indices);
+    at::topk_out(v, i, host(self), kk, dim, largest, sorted);
+    assign(values, v);
+    assign(indices, i);
   }
   return {values, indices};
 }
@@ -148,7 +154,11 @@ at::Tensor& neuron_isin_out(const at::Tensor& elements, const at::Tensor& test, 
     nk_tensor to, te, tt;
     done = to_nk(out, &to) && to_nk(elements, &te) && to_nk(test, &tt) && nk_isin(&to, &te, &tt, invert) == NK_SUCCESS;
   }
-  if (!done) assign(out, at::isin(host(elements), host(test), assume_unique, invert));
+  if (!done) {
+    at::Tensor r = cpu_like(out);
+    at::isin_out(r, host(elements), host(test), assume_unique, invert);
+    assign(out, r);
+  }
   return out;
 }
 
@@ -196,7 +206,9 @@ at::Tensor& triangle_out(const at::Tensor& self, int64_t k, at::Tensor& out, boo
       done = nk_triangle(&to, &in, k, upper) == NK_SUCCESS;
   }
   if (!done) {
-    at::Tensor r = upper ? at::triu(host(self), k) : at::tril(host(self), k);
+    at::Tensor r = cpu_like(out);
+    if (upper) at::triu_out(r, host(self), k);
+    else at::tril_out(r, host(self), k);
     assign(out, r);
   }
   return out;
@@ -318,7 +330,9 @@ at::Tensor& neuron_index_out(const at::Tensor& self, const c10::List<std::option
   NEURON_NATIVE("aten::index.Tensor_out");
   if (!index_native(self, indices, out)) {
     c10::List<std::optional<at::Tensor>> l(host_list(indices));
-    assign(out, at::index(host(self), l));
+    at::Tensor r = cpu_like(out);
+    at::index_out(r, host(self), l);
+    assign(out, r);
   }
   return out;
 }
