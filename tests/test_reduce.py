@@ -492,3 +492,61 @@ def test_group_norm(dtype):
         close(a, b, dtype)
     with pytest.raises(RuntimeError):
         F.group_norm(x.to(DEV), 4)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_reduction_out_variants(dtype):
+    for shape, dim in [((3, 5, 7), 1), ((3, 5, 7), (0, 2)), ((1000,), 0), ((4, 6), None)]:
+        for keep in [False, True]:
+            c, n = both(make(shape, dtype, True) * 3)
+            for corr in [0, 1]:
+                for name in ["var", "std"]:
+                    oc = torch.empty(0, dtype=dtype)
+                    on = torch.empty(0, dtype=dtype, device=DEV)
+                    getattr(torch, name)(c, dim, correction=corr, keepdim=keep, out=oc)
+                    native(f"aten::{name}.correction_out",
+                           lambda: getattr(torch, name)(n, dim, correction=corr, keepdim=keep, out=on))
+                    close(on, oc)
+            if dim is not None:
+                oc, on = torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype, device=DEV)
+                torch.logsumexp(c, dim, keep, out=oc)
+                native("aten::logsumexp.out", lambda: torch.logsumexp(n, dim, keep, out=on))
+                close(on, oc)
+    c, n = both(make((5, 9), dtype, True))
+    for name in ["max", "min"]:
+        oc, on = torch.empty(0, dtype=dtype), torch.empty(0, dtype=dtype, device=DEV)
+        getattr(torch, name)(c, out=oc)
+        native(f"aten::{name}.unary_out", lambda: getattr(torch, name)(n, out=on))
+        close(on, oc)
+    # Wrong out dtype and integer inputs run the CPU kernel: the same results and errors.
+    with pytest.raises(RuntimeError) as e_cpu:
+        torch.max(c, out=torch.empty(0, dtype=torch.int64))
+    with pytest.raises(RuntimeError) as e_dev:
+        torch.max(n, out=torch.empty(0, dtype=torch.int64, device=DEV))
+    assert str(e_cpu.value) == str(e_dev.value)
+    oc, on = torch.empty(0), torch.empty(0, device=DEV)
+    torch.logsumexp(make((3, 4), torch.int64), 1, out=oc)
+    torch.logsumexp(make((3, 4), torch.int64).to(DEV), 1, out=on)
+    close(on, oc)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])
+def test_max_min_small_ints(dtype):
+    for shape in [(3, 5, 7), (1000,), ()]:
+        for noncontig in [False, True]:
+            x = make(shape, dtype, noncontig)
+            if dtype == torch.int32 and x.numel() > 2:
+                x[(1,) * x.dim()] = 2**31 - 1
+                x[(0,) * (x.dim() - 1) + (2,)] = -(2**31)
+            c, n = both(x)
+            close(native("aten::max", lambda: n.max()), c.max())
+            close(native("aten::min", lambda: n.min()), c.min())
+            if c.dim():
+                close(native("aten::amax.out", lambda: n.amax(0)), c.amax(0))
+                close(native("aten::amin.out", lambda: n.amin(-1, True)), c.amin(-1, True))
+    raises = []
+    for t in [make((0,), dtype), make((0,), dtype).to(DEV)]:
+        with pytest.raises(RuntimeError) as e:
+            t.max()
+        raises.append(str(e.value))
+    assert raises[0] == raises[1]

@@ -107,3 +107,41 @@ def test_dropout_and_long_tail_follow_neuron_seed():
     assert torch.equal(outs[0], outs[1])
     kept = outs[0][:1000]
     assert set(kept.unique().tolist()) <= {0.0, 2.0} and 0.4 < (kept > 0).float().mean() < 0.6
+
+
+def test_exponential_and_multinomial_native():
+    torch.neuron.manual_seed(3)
+    torch_neuronx.reset_op_counts()
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        e = torch.empty(100_000, device="neuron", dtype=dtype).exponential_(2.0).cpu().double()
+        assert (e >= 0).all() and torch.isfinite(e).all() and abs(e.mean() - 0.5) < 0.02
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [5.0, 1.0, 0.0, 4.0]], device="neuron")
+    draws = torch.multinomial(probs.repeat(2000, 1), 1).view(2000, 2).cpu()
+    for row, p in enumerate(probs.cpu()):
+        freq = torch.bincount(draws[:, row], minlength=4).double() / 2000
+        assert freq[p == 0].sum() == 0
+        assert torch.allclose(freq, (p / p.sum()).double(), atol=0.04), (row, freq)
+    s = torch.multinomial(probs, 3).cpu()  # without replacement: distinct, zero-probability last
+    assert s.shape == (2, 3) and all(len(set(r.tolist())) == 3 for r in s)
+    counts = torch_neuronx.op_counts()
+    for op in ("aten::exponential_", "aten::multinomial"):
+        assert counts[op]["native"] >= 1 and counts[op]["fallback"] == 0, op
+    # What the sampling itself runs is native (probs.repeat above views through unfold, a fallback).
+    assert set(torch_neuronx.fallback_ops()) <= {"aten::unfold"}, torch_neuronx.fallback_ops()
+    # With replacement and several samples: the CPU kernel, still from the neuron seed.
+    a = [torch.multinomial(torch.ones(6, device="neuron"), 4, replacement=True) for _ in range(1)]
+    assert a[0].device.type == "neuron" and a[0].shape == (4,)
+    for bad in (torch.tensor([0.5, float("nan")]), torch.tensor([0.0, 0.0]), torch.tensor([-1.0, 2.0]),
+                torch.tensor([1, 2]), torch.ones(2, 2, 2)):
+        with pytest.raises(RuntimeError) as e_cpu:
+            torch.multinomial(bad, 1)
+        with pytest.raises(RuntimeError) as e_dev:
+            torch.multinomial(bad.to("neuron"), 1)
+        assert str(e_cpu.value) == str(e_dev.value)
+    with pytest.raises(RuntimeError) as e_cpu:
+        torch.multinomial(torch.ones(3), 4)
+    with pytest.raises(RuntimeError) as e_dev:
+        torch.multinomial(torch.ones(3, device="neuron"), 4)
+    assert str(e_cpu.value) == str(e_dev.value)
+    with pytest.raises(RuntimeError, match="exponential_ expects lambda > 0.0"):
+        torch.empty(3, device="neuron").exponential_(0)

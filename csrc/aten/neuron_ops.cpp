@@ -583,6 +583,51 @@ at::Tensor& neuron_randperm_out(int64_t n, std::optional<at::Generator> gen, at:
   return out;
 }
 
+// Exp(lambda) as -log(1 - u) / lambda from the device's uniform draws in [0, 1) (so 1 - u lies in (0, 1]):
+// the transform runs as native element-wise ops. Float dtypes only, like the CPU's.
+at::Tensor& neuron_exponential_(at::Tensor& self, double lambd, std::optional<at::Generator> gen) {
+  NEURON_NATIVE("aten::exponential_");
+  TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
+  if (self.numel() == 0) return self;
+  if (!at::isFloatingType(self.scalar_type())) {
+    at::Generator cg = cpu_generator_from(get_generator(gen, self.device().index()));
+    cpu_alias(self).exponential_(lambd, cg);  // raises the CPU's error for this dtype
+    return self;
+  }
+  // Half types draw in float: 1 - u rounded to bfloat16 could be 0 (an infinite sample).
+  const bool half = self.scalar_type() == at::kHalf || self.scalar_type() == at::kBFloat16;
+  at::Tensor t = half ? at::empty(self.sizes(), self.options().dtype(at::kFloat)) : self;
+  t.uniform_(0.0, 1.0, gen);
+  t.neg_().add_(1.0).log_().div_(-lambd);
+  if (half) self.copy_(t);
+  return self;
+}
+
+// The CPU's sampling without replacement (and of one sample): argmax (topk) of p / q with q ~ Exp(1),
+// the Gumbel-max trick, on device ops. Sampling with replacement of several samples, and any input the
+// CPU rejects, runs the CPU kernel with a CPU generator drawn from the neuron generator.
+at::Tensor neuron_multinomial(const at::Tensor& self, int64_t n_sample, bool replacement,
+                              std::optional<at::Generator> gen) {
+  NEURON_NATIVE("aten::multinomial");
+  const bool shape_ok = (self.dim() == 1 || self.dim() == 2) && at::isFloatingType(self.scalar_type()) &&
+                        n_sample > 0 && self.numel() > 0 && self.size(-1) <= (int64_t{1} << 24) &&
+                        (replacement ? n_sample == 1 : n_sample <= self.size(-1));
+  if (shape_ok) {
+    const bool valid = ((self.max() < INFINITY) & (self.min() >= 0)).item<bool>();
+    const bool zero_rows = self.dim() == 1 ? (self.sum() == 0).item<bool>()
+                                           : (self.sum(1) == 0).sum().item<int64_t>() != 0;
+    if (valid && !zero_rows) {
+      at::Tensor q = at::empty_like(self).exponential_(1, gen);
+      at::div_out(q, self, q);
+      if (n_sample == 1) return at::argmax(q, -1, true);
+      return std::get<1>(at::topk(q, n_sample));
+    }
+  }
+  at::Generator cg = cpu_generator_from(get_generator(gen, self.device().index()));
+  at::Tensor r = at::multinomial(cpu_alias(self), n_sample, replacement, cg);
+  return r.to(self.device());
+}
+
 std::tuple<at::Tensor, at::Tensor> neuron_native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
   NEURON_NATIVE("aten::native_dropout");
   if (input.numel() == 0) return {input, at::empty_like(input, input.options().dtype(at::kBool))};
@@ -889,6 +934,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("bernoulli_.Tensor", neuron_bernoulli_tensor);
   m.impl("bernoulli", neuron_bernoulli);
   m.impl("randperm.generator_out", neuron_randperm_out);
+  m.impl("exponential_", neuron_exponential_);
+  m.impl("multinomial", neuron_multinomial);
   m.impl("native_dropout", neuron_native_dropout);
   m.impl("record_stream", neuron_record_stream);
   m.impl("_has_compatible_shallow_copy_type", neuron_has_compatible_shallow_copy_type);

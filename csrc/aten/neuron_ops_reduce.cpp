@@ -73,6 +73,17 @@ bool ok(nk_status s, const char* op, const at::Tensor& t) {
   raise_kernel_status(s, op, t);
 }
 
+// The CPU kernel of an out= op run into a CPU tensor of out's shape and dtype (so its checks and resize
+// warnings are the CPU's), then copied into out.
+template <typename F>
+at::Tensor& cpu_out(at::Tensor& out, F&& f) {
+  at::Tensor r = at::empty(out.sizes(), out.options().device(at::kCPU));
+  f(r);
+  if (!out.sizes().equals(r.sizes())) out.resize_(r.sizes());
+  if (r.numel()) cpu_alias(out).copy_(r);
+  return out;
+}
+
 // ---- sum, mean, amax, amin, any, all --------------------------------------------------------------
 
 // The common body of the plain reductions; false means "use the CPU kernel".
@@ -199,12 +210,52 @@ at::Tensor neuron_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool ke
   return to_neuron(at::logsumexp(cpu_alias(self), dim, keepdim), self.device());
 }
 
+at::Tensor& neuron_logsumexp_out(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
+  NEURON_NATIVE("aten::logsumexp.out");
+  if (at::isFloatingType(self.scalar_type()) && out.scalar_type() == self.scalar_type() && self.numel() > 0 &&
+      out.is_privateuseone() && reduce_native(self, dim, keepdim, out, NK_REDUCE_LOGSUMEXP))
+    return out;
+  return cpu_out(out, [&](at::Tensor& r) { at::logsumexp_out(r, cpu_alias(self), dim, keepdim); });
+}
+
 // ---- max / min / argmax / argmin ------------------------------------------------------------------
+
+// Dtypes of the native max/min over all elements: floats, and integers the kernel's double state holds
+// exactly (int64 runs the CPU kernel).
+bool minmax_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: case at::kBFloat16: case at::kHalf: case at::kDouble:
+    case at::kBool: case at::kByte: case at::kChar: case at::kShort: case at::kInt:
+      return true;
+    default:
+      return false;
+  }
+}
+
+at::Tensor& minmax_unary_out(const at::Tensor& self, at::Tensor& out, bool is_max) {
+  if (minmax_dtype(self.scalar_type()) && out.scalar_type() == self.scalar_type() && self.numel() > 0 &&
+      out.is_privateuseone() && reduce_native(self, std::nullopt, false, out, is_max ? NK_REDUCE_AMAX : NK_REDUCE_AMIN))
+    return out;
+  return cpu_out(out, [&](at::Tensor& r) {
+    if (is_max) at::max_out(r, cpu_alias(self));
+    else at::min_out(r, cpu_alias(self));
+  });
+}
+
+at::Tensor& neuron_max_unary_out(const at::Tensor& self, at::Tensor& out) {
+  NEURON_NATIVE("aten::max.unary_out");
+  return minmax_unary_out(self, out, true);
+}
+
+at::Tensor& neuron_min_unary_out(const at::Tensor& self, at::Tensor& out) {
+  NEURON_NATIVE("aten::min.unary_out");
+  return minmax_unary_out(self, out, false);
+}
 
 at::Tensor neuron_max_all(const at::Tensor& self) {
   NEURON_NATIVE("aten::max");
   at::Tensor out = at::empty({}, self.options());
-  if (is_half_or_float(self.scalar_type()) || self.scalar_type() == at::kDouble) {
+  if (minmax_dtype(self.scalar_type())) {
     if (reduce_native(self, std::nullopt, false, out, NK_REDUCE_AMAX)) return out;
   }
   cpu_alias(out).copy_(at::max(cpu_alias(self)));
@@ -214,7 +265,7 @@ at::Tensor neuron_max_all(const at::Tensor& self) {
 at::Tensor neuron_min_all(const at::Tensor& self) {
   NEURON_NATIVE("aten::min");
   at::Tensor out = at::empty({}, self.options());
-  if (is_half_or_float(self.scalar_type()) || self.scalar_type() == at::kDouble) {
+  if (minmax_dtype(self.scalar_type())) {
     if (reduce_native(self, std::nullopt, false, out, NK_REDUCE_AMIN)) return out;
   }
   cpu_alias(out).copy_(at::min(cpu_alias(self)));
@@ -337,6 +388,40 @@ std::tuple<at::Tensor, at::Tensor> neuron_std_mean(const at::Tensor& self, at::O
   if (var_native("std_mean", self, dim, correction, keepdim, true, &v, &m)) return {v, m};
   auto r = at::std_mean(cpu_alias(self), dim, correction, keepdim);
   return {to_neuron(std::get<0>(r), self.device()), to_neuron(std::get<1>(r), self.device())};
+}
+
+// var/std into an out= tensor of self's dtype; false: use the CPU kernel.
+bool var_out_native(const char* name, const at::Tensor& self, at::OptionalIntArrayRef dim,
+                    const std::optional<at::Scalar>& correction, bool keepdim, bool take_sqrt, at::Tensor& out) {
+  const at::ScalarType st = self.scalar_type();
+  if (!(is_half_or_float(st) || st == at::kDouble) || self.numel() == 0 || out.scalar_type() != st ||
+      !out.is_privateuseone() || !separate(out, self))
+    return false;
+  const int64_t ndim = self.dim();
+  auto mask = at::native::make_dim_mask(dim, ndim);
+  at::native::resize_output(out, at::native::shape_from_dim_mask(self, mask, keepdim));
+  const uint64_t m = mask_bits(mask, ndim);
+  const double corr = correction.has_value() ? correction->toDouble() : 1.0;
+  if (out.numel() > 0 && static_cast<double>(self.numel() / out.numel()) - corr <= 0)
+    TORCH_WARN(name, "(): degrees of freedom is <= 0. Correction should be strictly less than the reduction factor "
+               "(input numel divided by output numel).");
+  nk_tensor in, v;
+  if (!to_nk(self, &in) || !nk_keepdim(out, ndim, m, keepdim, &v)) return false;
+  return ok(nk_reduce_var(&v, nullptr, &in, m, corr, take_sqrt), "var/std", self);
+}
+
+at::Tensor& neuron_var_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                           const std::optional<at::Scalar>& correction, bool keepdim, at::Tensor& out) {
+  NEURON_NATIVE("aten::var.correction_out");
+  if (var_out_native("var", self, dim, correction, keepdim, false, out)) return out;
+  return cpu_out(out, [&](at::Tensor& r) { at::var_out(r, cpu_alias(self), dim, correction, keepdim); });
+}
+
+at::Tensor& neuron_std_out(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                           const std::optional<at::Scalar>& correction, bool keepdim, at::Tensor& out) {
+  NEURON_NATIVE("aten::std.correction_out");
+  if (var_out_native("std", self, dim, correction, keepdim, true, out)) return out;
+  return cpu_out(out, [&](at::Tensor& r) { at::std_out(r, cpu_alias(self), dim, correction, keepdim); });
 }
 
 // ---- cumsum ---------------------------------------------------------------------------------------
@@ -751,6 +836,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("all.dims_out", neuron_all_dims_out);
   m.impl("all.all_out", neuron_all_all_out);
   m.impl("logsumexp", neuron_logsumexp);
+  m.impl("logsumexp.out", neuron_logsumexp_out);
+  m.impl("max.unary_out", neuron_max_unary_out);
+  m.impl("min.unary_out", neuron_min_unary_out);
+  m.impl("var.correction_out", neuron_var_out);
+  m.impl("std.correction_out", neuron_std_out);
   m.impl("max", neuron_max_all);
   m.impl("min", neuron_min_all);
   m.impl("max.dim_max", neuron_max_dim_out);

@@ -423,3 +423,158 @@ nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, 
     }
     return NK_SUCCESS;
 }
+
+/* ---- advanced indexing: x[i0, i1, ...] and its assignment ------------------------------------- */
+
+/* src (or dst) offsets, in elements, of every position b of the broadcast index shape, after wrapping
+ * negative indices; NK_INVALID with the index and its dim when one is out of range. */
+static nk_status nk_adv_offsets(const nk_tensor *self, int32_t first, int32_t n, const nk_tensor *const *indices,
+                                int64_t nb, int64_t *offs, int64_t *bad, int32_t *bad_dim) {
+    const nk_tensor *i0 = indices[0];
+    for (int64_t b = 0; b < nb; b++) offs[b] = 0;
+    for (int32_t k = 0; k < n; k++) {
+        const nk_tensor *ix = indices[k];
+        const int64_t size = self->sizes[first + k], stride = self->strides[first + k];
+        int64_t idx[NK_MAX_DIMS] = {0}, off = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t v = nk_index_at(ix, off);
+            if (v < -size || v >= size) {
+                if (bad) *bad = v;
+                if (bad_dim) *bad_dim = first + k;
+                return NK_INVALID;
+            }
+            if (v < 0) v += size;
+            offs[b] += v * stride;
+            for (int32_t d = i0->ndim - 1; d >= 0; d--) {
+                off += ix->strides[d];
+                if (++idx[d] < ix->sizes[d]) break;
+                off -= ix->strides[d] * ix->sizes[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    return NK_SUCCESS;
+}
+
+/* Checks shapes: indexed [pre..., B..., post...] against self [pre..., n indexed dims, post...]. */
+static nk_status nk_adv_check(const nk_tensor *self, const nk_tensor *indexed, int32_t first, int32_t n,
+                              const nk_tensor *const *indices, int64_t *nb) {
+    int64_t c;
+    if (nk_tensor_check(self, &c) || nk_tensor_check(indexed, &c) || n < 1 || first < 0 || first + n > self->ndim)
+        return NK_INVALID;
+    const int32_t bd = indices[0]->ndim;
+    if (indexed->ndim != self->ndim - n + bd || indexed->dtype != self->dtype) return NK_INVALID;
+    for (int32_t k = 0; k < n; k++) {
+        if (nk_tensor_check(indices[k], &c)) return NK_INVALID;
+        if (!nk_index_dtype_ok(indices[k])) return NK_UNSUPPORTED;
+        if (!nk_same_shape(indices[k], indices[0])) return NK_INVALID;
+    }
+    *nb = nk_tensor_numel(indices[0]);
+    for (int32_t d = 0; d < first; d++)
+        if (indexed->sizes[d] != self->sizes[d]) return NK_INVALID;
+    for (int32_t d = 0; d < bd; d++)
+        if (indexed->sizes[first + d] != indices[0]->sizes[d]) return NK_INVALID;
+    for (int32_t d = first + n; d < self->ndim; d++)
+        if (indexed->sizes[d - n + bd] != self->sizes[d]) return NK_INVALID;
+    return NK_SUCCESS;
+}
+
+typedef struct nk_adv_job {
+    const nk_tensor *self, *indexed;
+    int32_t first, n, bd;
+    int64_t nb, npre;
+    const int64_t *offs;
+    nk_tensor self_post, indexed_post; /* the post dims; data set per block */
+    int64_t post_numel;
+    bool put, accumulate;
+} nk_adv_job;
+
+/* Block r = (pre, b): the post-dims block of self at (pre, offs[b]) and of indexed at (pre, b). */
+static void nk_adv_block(const nk_adv_job *j, int64_t r) {
+    const nk_tensor *s = j->self, *x = j->indexed;
+    int64_t b = r % j->nb, pre = r / j->nb, so = j->offs[b], xo = 0;
+    for (int32_t d = j->bd - 1; d >= 0; d--) {
+        xo += (b % x->sizes[j->first + d]) * x->strides[j->first + d];
+        b /= x->sizes[j->first + d];
+    }
+    for (int32_t d = j->first - 1; d >= 0; d--) {
+        const int64_t c = pre % s->sizes[d];
+        pre /= s->sizes[d];
+        so += c * s->strides[d];
+        xo += c * x->strides[d];
+    }
+    const int64_t es = (int64_t)nk_dtype_size(s->dtype);
+    char *sp = (char *)s->data + so * es, *xp = (char *)x->data + xo * es;
+    if (j->post_numel == 1) {
+        if (!j->put) memcpy(xp, sp, (size_t)es);
+        else if (!j->accumulate) memcpy(sp, xp, (size_t)es);
+        else nk_axpy_row(sp, 1, xp, 1, 1, s->dtype, 1.0, 1);
+        return;
+    }
+    nk_tensor sb = j->self_post, xb = j->indexed_post;
+    sb.data = sp;
+    xb.data = xp;
+    if (!j->put) nk_copy(&xb, &sb);
+    else if (!j->accumulate) nk_copy(&sb, &xb);
+    else nk_axpy_tensor(&sb, &xb, 1.0, 1);
+}
+
+static void nk_adv_run(void *ctx, int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; r++) nk_adv_block((const nk_adv_job *)ctx, r);
+}
+
+static nk_status nk_adv(const nk_tensor *self, const nk_tensor *indexed, int32_t first, int32_t n,
+                        const nk_tensor *const *indices, bool put, bool accumulate, int64_t *bad, int32_t *bad_dim) {
+    int64_t nb;
+    nk_status st = nk_adv_check(self, indexed, first, n, indices, &nb);
+    if (st != NK_SUCCESS) return st;
+    if (accumulate && !nk_axpy_dtype_ok(self->dtype)) return NK_UNSUPPORTED;
+    nk_adv_job j;
+    memset(&j, 0, sizeof j);
+    j.self = self;
+    j.indexed = indexed;
+    j.first = first;
+    j.n = n;
+    j.bd = indices[0]->ndim;
+    j.nb = nb;
+    j.put = put;
+    j.accumulate = accumulate;
+    j.npre = 1;
+    for (int32_t d = 0; d < first; d++) j.npre *= self->sizes[d];
+    j.post_numel = 1;
+    j.self_post.dtype = j.indexed_post.dtype = self->dtype;
+    for (int32_t d = first + n; d < self->ndim; d++) {
+        const int32_t p = j.self_post.ndim++;
+        j.self_post.sizes[p] = j.indexed_post.sizes[p] = self->sizes[d];
+        j.self_post.strides[p] = self->strides[d];
+        j.indexed_post.strides[p] = indexed->strides[d - n + j.bd];
+        j.post_numel *= self->sizes[d];
+    }
+    j.indexed_post.ndim = j.self_post.ndim;
+    int64_t *offs = (int64_t *)malloc((size_t)(nb > 0 ? nb : 1) * sizeof(int64_t));
+    if (offs == NULL) return NK_NO_MEMORY;
+    /* Every index is checked (even when the result is empty, as the CPU does) before any write. */
+    st = nk_adv_offsets(self, first, n, indices, nb, offs, bad, bad_dim);
+    j.offs = offs;
+    if (st == NK_SUCCESS && nb > 0 && j.npre > 0 && j.post_numel > 0) {
+        const int64_t blocks = j.npre * nb;
+        if (put) {
+            /* In order: with duplicate indices the last assignment wins and sums are taken in order. */
+            nk_adv_run(&j, 0, blocks);
+        } else {
+            nk_parallel_for(blocks, j.post_numel >= 4096 ? 1 : 4096 / j.post_numel, nk_adv_run, &j);
+        }
+    }
+    free(offs);
+    return st;
+}
+
+nk_status nk_index_gather(const nk_tensor *dst, const nk_tensor *src, int32_t first, int32_t n,
+                          const nk_tensor *const *indices, int64_t *bad, int32_t *bad_dim) {
+    return nk_adv(src, dst, first, n, indices, false, false, bad, bad_dim);
+}
+
+nk_status nk_index_put(const nk_tensor *dst, const nk_tensor *values, int32_t first, int32_t n,
+                       const nk_tensor *const *indices, bool accumulate, int64_t *bad, int32_t *bad_dim) {
+    return nk_adv(dst, values, first, n, indices, true, accumulate, bad, bad_dim);
+}

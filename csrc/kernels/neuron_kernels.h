@@ -20,6 +20,7 @@ typedef enum nk_status {
     NK_SUCCESS = 0,
     NK_INVALID = 2,      /* bad descriptor: too many dims, negative size, shape mismatch */
     NK_UNSUPPORTED = 15, /* dtype (or dtype pair) not implemented: the caller falls back or raises */
+    NK_NO_MEMORY = 17,   /* host scratch memory could not be allocated */
 } nk_status;
 
 typedef enum nk_dtype {
@@ -207,12 +208,12 @@ const char *nk_ew_isa(void);
 
 /* ---- reductions, softmax and norms (reduce.c, norm.c) ---------------------------------------------- */
 /*
- * Reductions. `out` has in's ndim with size 1 in every reduced dim (bit d of `dims` set; a keepdim
- * view of the result) and in's size elsewhere; any strides. Float inputs (f32/bf16/f16) accumulate in
- * float blocks combined in double, f64 in double, integer sums in int64 (wrapping). NaN propagates
- * through max/min/sum; any/all treat NaN as true. Empty reductions are left to the caller (PyTorch
- * raises for max/min of nothing). dtypes: sum/mean: float in -> float out, or integer/bool in ->
- * integer out; amax/amin/logsumexp/var: float only; any/all: every dtype, out bool or uint8.
+ * Reductions. `out` has in's ndim with size 1 in every reduced dim (bit d of `dims` set; a keepdim view of
+ * the result) and in's size elsewhere; any strides. Float inputs (f32/bf16/f16) accumulate in float blocks
+ * combined in double, f64 in double, integer sums in int64 (wrapping). NaN propagates through max/min/sum;
+ * any/all treat NaN as true. Empty reductions are left to the caller (PyTorch raises for max/min of nothing).
+ * dtypes: sum/mean: float in -> float out, or integer/bool in -> integer out; amax/amin: float or integers up
+ * to 32 bits, out of in's dtype; logsumexp/var: float only; any/all: every dtype, out bool or uint8.
  */
 typedef enum nk_reduce_op {
     NK_REDUCE_SUM = 0,
@@ -344,10 +345,51 @@ nk_status nk_scatter(const nk_tensor *dst, int32_t dim, const nk_tensor *index, 
  * overwritten (zeroed first). Float dtypes. */
 nk_status nk_embedding_backward(const nk_tensor *grad_weight, const nk_tensor *grad, const nk_tensor *indices,
                                 int64_t padding_idx, bool scale_by_freq, int64_t *bad);
+/*
+ * Advanced indexing with n adjacent index tensors (int32/int64, one shape B, broadcast with stride 0)
+ * on dims first .. first+n-1 of self. The indexed view has shape self[:first] + B + self[first+n:]:
+ * element (pre, b, post) is self[pre, i0[b], ..., i(n-1)[b], post]. Negative indices count from the
+ * end; one outside [-size, size) gives NK_INVALID with it in *bad and its dim of self in *bad_dim,
+ * before anything is written.
+ * nk_index_gather: dst (the indexed shape) = self[...]. nk_index_put: self[...] = values (the indexed
+ * shape, may broadcast with stride 0), in row-major order of the indexed shape, so the last duplicate
+ * wins; accumulate adds instead (dtypes of nk_index_add) in that order.
+ */
+nk_status nk_index_gather(const nk_tensor *dst, const nk_tensor *src, int32_t first, int32_t n,
+                          const nk_tensor *const *indices, int64_t *bad, int32_t *bad_dim);
+nk_status nk_index_put(const nk_tensor *dst, const nk_tensor *values, int32_t first, int32_t n,
+                       const nk_tensor *const *indices, bool accumulate, int64_t *bad, int32_t *bad_dim);
 /* dst = cat(srcs, dim): srcs[i] fills dst's slices along dim in order, converted to dst's dtype;
  * every source has dst's sizes except along dim (sizes there sum to dst's). Sources must not overlap
  * dst. */
 nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, int32_t dim);
+
+/* ---- sorting and position-dependent ops (sort.c, layout.c) ---------------------------------------- */
+/*
+ * Sort along dim (any dtype): values (in's dtype) and/or indices (int64) have in's shape; either may be
+ * NULL; neither may overlap in. The order is that of PyTorch's stable sort: NaN after everything when
+ * ascending and before everything when descending, all NaNs equal, -0.0 equal to 0.0, equal elements
+ * in input order. Values keep their bit patterns. A 0-d in needs dim 0.
+ */
+nk_status nk_sort(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
+                  bool descending);
+/* The first k results of nk_sort (descending when largest), so always sorted, ties in input order:
+ * outputs have in's shape with k along dim (0 <= k <= size). */
+nk_status nk_topk(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim, int64_t k,
+                  bool largest);
+/* Number of nonzero elements (a float is zero when +0.0 or -0.0; NaN is nonzero); any dtype. */
+nk_status nk_nonzero_count(const nk_tensor *in, int64_t *count);
+/* out [count, in.ndim] int64 (any strides): the coordinates of in's nonzeros in row-major order.
+ * NK_INVALID when count differs from nk_nonzero_count's. */
+nk_status nk_nonzero(const nk_tensor *out, const nk_tensor *in);
+/* out = tril(in, k) (upper: triu) over the last two dims; out and in have one shape and dtype (any) and
+ * are either separate or the same memory with the same layout (in place). */
+nk_status nk_triangle(const nk_tensor *out, const nk_tensor *in, int64_t k, bool upper);
+/* out (1-D, any dtype) [i] = start + i * step computed in int64 (wrapping), converted to out's dtype. */
+nk_status nk_arange(const nk_tensor *out, int64_t start, int64_t step);
+/* out (bool, elements' shape) = whether each element equals some element of test (invert: does not);
+ * elements and test share one dtype; NaN equals nothing, -0.0 equals 0.0. */
+nk_status nk_isin(const nk_tensor *out, const nk_tensor *elements, const nk_tensor *test, bool invert);
 
 /* ---- histogram (histogram.c) ------------------------------------------------------------------ */
 /*

@@ -525,6 +525,9 @@ static char *nk_out_ptr(const nk_rplan *p, const nk_tensor *t, int64_t o) {
 }
 
 static bool nk_dtype_is_float(nk_dtype t) { return t == NK_F32 || t == NK_BF16 || t == NK_F16 || t == NK_F64; }
+static bool nk_dtype_exact_in_double(nk_dtype t) {
+    return t == NK_BOOL || t == NK_U8 || t == NK_I8 || t == NK_I16 || t == NK_I32 || t == NK_U16 || t == NK_U32;
+}
 
 static void nk_emit_reduce(void *ctx, int64_t o, const nk_rstate *st) {
     const nk_emit_ctx *e = ctx;
@@ -606,7 +609,8 @@ nk_status nk_reduce(const nk_tensor *out, const nk_tensor *in, uint64_t dims, nk
         break;
     case NK_REDUCE_AMAX:
     case NK_REDUCE_AMIN:
-        if (!fin || out->dtype != in->dtype) return NK_UNSUPPORTED;
+        /* The state is a double: exact for floats and for integers of up to 32 bits. */
+        if (!(fin || nk_dtype_exact_in_double(in->dtype)) || out->dtype != in->dtype) return NK_UNSUPPORTED;
         if (p.nred == 0 && p.nout > 0) return NK_INVALID;
         c.kind = op == NK_REDUCE_AMAX ? NK_RK_MAX : NK_RK_MIN;
         break;

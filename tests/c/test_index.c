@@ -162,12 +162,88 @@ static void test_embedding_backward(void) {
     for (int i = 0; i < 6; i++) CHECK_MSG(gw[i] == ref[i], "gw[%d] %g vs %g", i, gw[i], ref[i]);
 }
 
+
+static void test_advanced(void) {
+    /* self [4, 5, 3] float, transposed in its first two dims: logical (a, b, c) at b*12 + a*3 + c. */
+    float self[60];
+    for (int i = 0; i < 60; i++) self[i] = (float)i;
+    const int64_t ss[3] = {4, 5, 3}, sst[3] = {3, 12, 1};
+    nk_tensor ts = mk(self, NK_F32, 3, ss, sst);
+    /* Indices on dims 1 and 2, broadcast [2, 3]: i1 [2, 1] expanded, i2 [3] expanded (stride 0). */
+    int64_t i1[2] = {4, -5};
+    int32_t i2[3] = {2, 0, -1};
+    const int64_t bs[2] = {2, 3};
+    nk_tensor ti1 = mk(i1, NK_I64, 2, bs, (const int64_t[]){1, 0});
+    nk_tensor ti2 = mk(i2, NK_I32, 2, bs, (const int64_t[]){0, 1});
+    const nk_tensor *idx[2] = {&ti1, &ti2};
+    float out[4 * 6];
+    const int64_t os[3] = {4, 2, 3};
+    nk_tensor to = mk(out, NK_F32, 3, os, NULL);
+    int64_t bad = INT64_MIN;
+    int32_t bad_dim = -1;
+    CHECK_MSG(nk_index_gather(&to, &ts, 1, 2, idx, &bad, &bad_dim) == NK_SUCCESS, "adv gather");
+    for (int a = 0; a < 4; a++)
+        for (int p = 0; p < 2; p++)
+            for (int q = 0; q < 3; q++) {
+                const int64_t b = (i1[p] + 5) % 5, c = (i2[q] + 3) % 3;
+                CHECK_MSG(out[a * 6 + p * 3 + q] == self[b * 12 + a * 3 + c], "adv gather (%d,%d,%d)", a, p, q);
+            }
+    /* put with accumulate and duplicates: self[:, [1, 1, 3]] += v[4, 3, 3] (broadcast over dim 0). */
+    int64_t j1[3] = {1, 1, 3};
+    const int64_t n3 = 3;
+    nk_tensor tj = mk(j1, NK_I64, 1, &n3, NULL);
+    const nk_tensor *jdx[1] = {&tj};
+    float v[9];
+    for (int i = 0; i < 9; i++) v[i] = (float)(i + 1) * 0.5f;
+    nk_tensor tv = mk(v, NK_F32, 3, (const int64_t[]){4, 3, 3}, (const int64_t[]){0, 3, 1});
+    float before[60];
+    memcpy(before, self, sizeof self);
+    CHECK_MSG(nk_index_put(&ts, &tv, 1, 1, jdx, true, &bad, &bad_dim) == NK_SUCCESS, "adv put acc");
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 5; b++)
+            for (int c = 0; c < 3; c++) {
+                float want = before[b * 12 + a * 3 + c];
+                for (int k = 0; k < 3; k++)
+                    if (j1[k] == b) want += v[k * 3 + c];
+                CHECK_MSG(self[b * 12 + a * 3 + c] == want, "adv put acc (%d,%d,%d)", a, b, c);
+            }
+    /* put without accumulate: the last duplicate wins. */
+    CHECK_MSG(nk_index_put(&ts, &tv, 1, 1, jdx, false, &bad, &bad_dim) == NK_SUCCESS, "adv put");
+    for (int a = 0; a < 4; a++)
+        for (int c = 0; c < 3; c++) CHECK_MSG(self[1 * 12 + a * 3 + c] == v[3 + c], "adv put last wins");
+    /* Out of range anywhere: nothing written, bad index and dim reported. */
+    memcpy(before, self, sizeof self);
+    j1[2] = 5;
+    CHECK_MSG(nk_index_put(&ts, &tv, 1, 1, jdx, false, &bad, &bad_dim) == NK_INVALID && bad == 5 && bad_dim == 1,
+              "adv oob");
+    j1[2] = -6;
+    CHECK_MSG(nk_index_gather(&(nk_tensor){0}, &ts, 1, 1, jdx, &bad, &bad_dim) == NK_INVALID, "adv bad dst");
+    nk_tensor to2 = mk(out, NK_F32, 3, (const int64_t[]){4, 3, 3}, NULL);
+    CHECK_MSG(nk_index_gather(&to2, &ts, 1, 1, jdx, &bad, &bad_dim) == NK_INVALID && bad == -6, "adv oob neg");
+    CHECK_MSG(memcmp(before, self, sizeof self) == 0, "adv oob untouched");
+    /* A 0-d index on a 1-d tensor (scalar result), and an empty index. */
+    int64_t z = -1;
+    nk_tensor tz = mk(&z, NK_I64, 0, NULL, NULL);
+    const nk_tensor *zdx[1] = {&tz};
+    double d[3] = {1, 2, 3}, r = 0;
+    nk_tensor td = mk(d, NK_F64, 1, &n3, NULL), tr = mk(&r, NK_F64, 0, NULL, NULL);
+    CHECK_MSG(nk_index_gather(&tr, &td, 0, 1, zdx, &bad, &bad_dim) == NK_SUCCESS && r == 3, "0-d index");
+    const int64_t zero = 0;
+    nk_tensor te = mk(NULL, NK_I64, 1, &zero, NULL), tre = mk(NULL, NK_F64, 1, &zero, NULL);
+    const nk_tensor *edx[1] = {&te};
+    CHECK_MSG(nk_index_gather(&tre, &td, 0, 1, edx, &bad, &bad_dim) == NK_SUCCESS, "empty index");
+    uint8_t bl[3] = {0, 1, 0};
+    nk_tensor tb = mk(bl, NK_BOOL, 1, &n3, NULL);
+    CHECK_MSG(nk_index_put(&tb, &tb, 0, 1, jdx, true, &bad, &bad_dim) == NK_UNSUPPORTED, "bool accumulate");
+}
+
 int main(void) {
     nk_threads_set(2);
     test_index_select();
     test_index_copy_add();
     test_gather_scatter();
     test_embedding_backward();
+    test_advanced();
     printf("test_index: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }

@@ -200,10 +200,19 @@ static void test_reductions(void) {
     nk_tensor bad = tensor(&fsum, NK_F32, 1, &two, &s1);
     CHECK(nk_reduce(&bad, &in, 1, NK_REDUCE_SUM) == NK_INVALID, "bad out");
     CHECK(nk_reduce(&out, &in, 2, NK_REDUCE_SUM) == NK_INVALID, "bad dims");
-    /* amax of an integer dtype is left to the caller. */
+    /* amax/amin of integers up to 32 bits are exact; int64 (beyond a double's mantissa) is left to the
+     * caller. */
     int32_t im = 0;
     nk_tensor oim = tensor(&im, NK_I32, 1, &one, &s0);
-    CHECK(nk_reduce(&oim, &in, 1, NK_REDUCE_AMAX) == NK_UNSUPPORTED, "int amax");
+    CHECK(nk_reduce(&oim, &in, 1, NK_REDUCE_AMAX) == NK_SUCCESS && im == INT32_MAX, "int32 amax %d", im);
+    xi[2] = INT32_MIN;
+    CHECK(nk_reduce(&oim, &in, 1, NK_REDUCE_AMIN) == NK_SUCCESS && im == INT32_MIN, "int32 amin %d", im);
+    int8_t xb[4] = {-128, 127, 3, -5}, bm = 0;
+    nk_tensor inb = tensor(xb, NK_I8, 1, &(int64_t){4}, &s1), obm = tensor(&bm, NK_I8, 1, &one, &s0);
+    CHECK(nk_reduce(&obm, &inb, 1, NK_REDUCE_AMIN) == NK_SUCCESS && bm == -128, "int8 amin %d", bm);
+    int64_t l[2] = {INT64_MAX, INT64_MAX - 1}, lm = 0;
+    nk_tensor inl = tensor(l, NK_I64, 1, &two, &s1), olm = tensor(&lm, NK_I64, 1, &one, &s0);
+    CHECK(nk_reduce(&olm, &inl, 1, NK_REDUCE_AMAX) == NK_UNSUPPORTED, "int64 amax");
 }
 
 static void test_cumsum(void) {
