@@ -71,6 +71,15 @@ bool nk_dtype_of(at::ScalarType st, nk_dtype* out);
 // The CPU storage does not own the memory: the neuron tensor must outlive the alias.
 at::Tensor cpu_alias(const at::Tensor& t);
 
+// Convolution through PyTorch's CPU kernels on the device memory (what native convolution falls back to).
+at::Tensor neuron_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                           const std::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+                                           at::IntArrayRef output_padding, int64_t groups);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed, at::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask);
 // Per-operator call counters: native kernel vs CPU fallback.
 struct OpCount;
 OpCount& count_slot(const std::string& op);

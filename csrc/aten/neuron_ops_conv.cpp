@@ -1,0 +1,184 @@
+// Native 2-D convolution for the neuron device (convolution_overrideable and its backward): im2col
+// (kernels/conv.c) and one GEMM per image and group, fp32 accumulation. Transposed, 1-D/3-D and other
+// dtypes run PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
+#include "aten/neuron_aten.h"
+
+#include <torch/library.h>
+
+namespace torch_neuronx {
+namespace {
+
+struct Geometry {
+  int64_t N, C, H, W, OC, Cg, OCg, kh, kw, OH, OW, groups;
+  int64_t k[2], s[2], p[2], d[2];
+  bool pointwise;  // 1x1, stride 1, no padding: the image is already the column matrix
+};
+
+bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+               at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+               int64_t groups, Geometry* g) {
+  const at::ScalarType st = input.scalar_type();
+  if (transposed || input.dim() != 4 || weight.dim() != 4 || groups < 1) return false;
+  if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) return false;
+  if (weight.scalar_type() != st || !input.is_privateuseone() || weight.device() != input.device()) return false;
+  if (bias.has_value() && bias->defined() &&
+      (bias->scalar_type() != st || bias->device() != input.device() || bias->dim() != 1))
+    return false;
+  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2) return false;
+  *g = Geometry{};
+  g->N = input.size(0), g->C = input.size(1), g->H = input.size(2), g->W = input.size(3);
+  g->OC = weight.size(0), g->kh = weight.size(2), g->kw = weight.size(3), g->groups = groups;
+  if (g->C % groups != 0 || g->OC % groups != 0 || weight.size(1) != g->C / groups) return false;
+  if (bias.has_value() && bias->defined() && bias->size(0) != g->OC) return false;
+  g->Cg = g->C / groups, g->OCg = g->OC / groups;
+  for (int i = 0; i < 2; ++i) {
+    g->k[i] = weight.size(2 + i), g->s[i] = stride[i], g->p[i] = padding[i], g->d[i] = dilation[i];
+    if (g->s[i] <= 0 || g->p[i] < 0 || g->d[i] <= 0) return false;  // PyTorch's CPU kernel raises its error
+  }
+  const int64_t eh = g->H + 2 * g->p[0] - g->d[0] * (g->kh - 1) - 1, ew = g->W + 2 * g->p[1] - g->d[1] * (g->kw - 1) - 1;
+  if (eh < 0 || ew < 0 || g->kh == 0 || g->kw == 0) return false;  // an empty kernel or too-small input: CPU's error
+  g->OH = eh / g->s[0] + 1, g->OW = ew / g->s[1] + 1;
+  g->pointwise = g->kh == 1 && g->kw == 1 && g->s[0] == 1 && g->s[1] == 1 && g->p[0] == 0 && g->p[1] == 0;
+  return true;
+}
+
+nk_tensor nk_of(const at::Tensor& t, const char* op) {
+  nk_tensor d;
+  TORCH_CHECK(to_nk(t, &d), op, ": cannot describe a tensor of ", t.sizes(), " ", t.scalar_type());
+  return d;
+}
+
+// t as a [rows, cols] matrix view (no copy): valid when the merged dims are contiguous among themselves.
+nk_tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, const char* op) {
+  at::Tensor v = t.view({rows, cols});
+  return nk_of(v, op);
+}
+
+void check(nk_status s, const char* op, const at::Tensor& t) {
+  if (s != NK_SUCCESS) raise_kernel_status(s, op, t);
+}
+
+void gemm(const nk_tensor& out, const nk_tensor& a, const nk_tensor& b, const nk_tensor* self, double beta,
+          const char* op, const at::Tensor& t) {
+  check(nk_gemm(&out, &a, &b, self, 1.0, beta), op, t);
+}
+
+nk_tensor transposed(nk_tensor t) {
+  std::swap(t.sizes[0], t.sizes[1]);
+  std::swap(t.strides[0], t.strides[1]);
+  return t;
+}
+
+// The input image n, group g as [Cg*kh*kw, OH*OW] columns: a view when pointwise, else im2col into col.
+nk_tensor columns(const at::Tensor& input, const Geometry& g, int64_t n, int64_t grp, const at::Tensor& col,
+                  const char* op) {
+  at::Tensor img = input[n].narrow(0, grp * g.Cg, g.Cg);
+  if (g.pointwise && img.stride(2) == 1 && img.stride(1) == g.W) {
+    nk_tensor m = nk_of(img, op);
+    m.ndim = 2, m.sizes[1] = g.H * g.W, m.strides[1] = 1;
+    return m;
+  }
+  nk_tensor c = nk_of(col, op), i = nk_of(img, op);
+  check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
+  return c;
+}
+
+at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
+                        at::IntArrayRef output_padding, int64_t groups) {
+  Geometry g;
+  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g))
+    return neuron_convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed_,
+                                           output_padding, groups);
+  NEURON_NATIVE("aten::convolution_overrideable");
+  const char* op = "convolution";
+  at::Tensor out = at::empty({g.N, g.OC, g.OH, g.OW}, input.options());
+  if (out.numel() == 0) return out;
+  if (g.C == 0 || g.kh * g.kw == 0) {  // an empty reduction: the bias alone (or zeros)
+    if (bias.has_value() && bias->defined()) out.copy_(bias->view({1, g.OC, 1, 1}).expand_as(out));
+    else out.zero_();
+    return out;
+  }
+  at::Tensor w = weight.contiguous();
+  at::Tensor col = g.pointwise ? at::Tensor() : at::empty({g.Cg * g.kh * g.kw, g.OH * g.OW}, input.options());
+  const bool has_bias = bias.has_value() && bias->defined();
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      nk_tensor c = columns(input, g, n, grp, col, op);
+      nk_tensor wg = matrix(w.narrow(0, grp * g.OCg, g.OCg), g.OCg, g.Cg * g.kh * g.kw, op);
+      nk_tensor o = matrix(out[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, g.OH * g.OW, op);
+      if (has_bias) {
+        nk_tensor b = nk_of(bias->narrow(0, grp * g.OCg, g.OCg), op);  // [OCg] -> [OCg, OH*OW], column stride 0
+        b.ndim = 2, b.sizes[1] = g.OH * g.OW, b.strides[1] = 0;
+        gemm(o, wg, c, &b, 1.0, op, input);
+      } else {
+        gemm(o, wg, c, nullptr, 0.0, op, input);
+      }
+    }
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_, at::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> mask) {
+  Geometry g;
+  if (!native_ok(input, weight, std::nullopt, stride, padding, dilation, transposed_, groups, &g) ||
+      grad_output.scalar_type() != input.scalar_type() || grad_output.device() != input.device() ||
+      grad_output.dim() != 4 || grad_output.size(0) != g.N || grad_output.size(1) != g.OC ||
+      grad_output.size(2) != g.OH || grad_output.size(3) != g.OW || input.numel() == 0 || grad_output.numel() == 0)
+    return neuron_convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+                                                    transposed_, output_padding, groups, mask);
+  NEURON_NATIVE("aten::convolution_backward_overrideable");
+  const char* op = "convolution_backward";
+  const int64_t K = g.Cg * g.kh * g.kw, P = g.OH * g.OW;
+  at::Tensor go = grad_output.contiguous();
+  at::Tensor w = weight.contiguous();
+  at::Tensor gi, gw, gb;
+  if (mask[0]) {
+    at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, input.options());
+    gi = at::empty(input.sizes(), input.options());  // contiguous; col2im writes every element
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp) {
+        nk_tensor wt = transposed(matrix(w.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op));  // [K, OCg]
+        nk_tensor gog = matrix(go[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, P, op);
+        at::Tensor gin = gi[n].narrow(0, grp * g.Cg, g.Cg);
+        if (g.pointwise) {
+          gemm(matrix(gin, g.Cg, g.H * g.W, op), wt, gog, nullptr, 0.0, op, input);
+          continue;
+        }
+        nk_tensor c = nk_of(col, op), img = nk_of(gin, op);
+        gemm(c, wt, gog, nullptr, 0.0, op, input);
+        check(nk_col2im(&img, &c, g.k, g.s, g.p, g.d), op, input);
+      }
+  }
+  if (mask[1]) {
+    // One product per group over all images (k = N*OH*OW), so the batch sum is accumulated in fp32
+    // inside the GEMM and rounded once, as PyTorch's CPU kernel does for bf16/fp16.
+    gw = at::empty(w.sizes(), w.options());
+    at::Tensor cols = at::empty({K, g.N * P}, input.options());  // image n in columns [n*P, (n+1)*P)
+    // grad_output as [OC, N*P]: one copy, so a group's rows are one matrix with unit column stride.
+    at::Tensor go_t = go.view({g.N, g.OC, P}).permute({1, 0, 2}).contiguous().view({g.OC, g.N * P});
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      for (int64_t n = 0; n < g.N; ++n) {
+        nk_tensor c = nk_of(cols.narrow(1, n * P, P), op), i = nk_of(input[n].narrow(0, grp * g.Cg, g.Cg), op);
+        check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
+      }
+      nk_tensor a = nk_of(go_t.narrow(0, grp * g.OCg, g.OCg), op);
+      nk_tensor b = transposed(nk_of(cols, op));  // [N*P, K]
+      nk_tensor o = matrix(gw.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op);
+      gemm(o, a, b, nullptr, 0.0, op, input);
+    }
+  }
+  if (mask[2]) gb = go.sum({0, 2, 3});
+  return {gi, gw, gb};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution_overrideable", TORCH_FN(conv_forward));
+  m.impl("convolution_backward_overrideable", TORCH_FN(conv_backward));
+}
+
+}  // namespace torch_neuronx

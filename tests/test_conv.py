@@ -1,0 +1,116 @@
+"""Native 2-D convolution (im2col + GEMM) against PyTorch CPU: forward and all three gradients, strides,
+padding, dilation, groups, 1x1, non-contiguous inputs, bias or not, fp32/bf16/fp16, empty batches; and
+the cases the kernel does not take (transposed, 1-D, float64) still equal CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_neuronx
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+       torch.float16: dict(rtol=2e-3, atol=2e-3)}
+
+
+def native(op):
+    return torch_neuronx.op_counts().get(op, {}).get("native", 0)
+
+
+def run(dtype, x, w, b, **kw):
+    """(out, grads) on CPU in fp32 from the same dtype-rounded values, and on neuron in dtype."""
+    res = {}
+    for dev in ("cpu", "neuron"):
+        xd = x.to(dtype).to(dev).detach().requires_grad_()
+        wd = w.to(dtype).to(dev).detach().requires_grad_()
+        bd = b.to(dtype).to(dev).detach().requires_grad_() if b is not None else None
+        if dev == "cpu" and dtype != torch.float32:  # the reference: fp32 math on the same rounded inputs
+            xd, wd = xd.detach().float().requires_grad_(), wd.detach().float().requires_grad_()
+            bd = bd.detach().float().requires_grad_() if bd is not None else None
+        out = F.conv2d(xd, wd, bd, **kw)
+        g = torch.linspace(-1, 1, out.numel()).reshape(out.shape).to(out.dtype).to(dev)
+        out.backward(g)
+        res[dev] = [out, xd.grad, wd.grad] + ([bd.grad] if bd is not None else [])
+    return res
+
+
+CASES = [
+    dict(shape=(2, 3, 9, 11), oc=4, k=(3, 3), kw=dict(padding=1)),
+    dict(shape=(1, 4, 8, 8), oc=6, k=(1, 1), kw={}),
+    dict(shape=(3, 4, 10, 7), oc=6, k=(3, 2), kw=dict(stride=(2, 1), padding=(0, 1))),
+    dict(shape=(2, 6, 9, 9), oc=4, k=(3, 3), kw=dict(stride=2, padding=2, dilation=2, groups=2)),
+    dict(shape=(1, 4, 7, 5), oc=4, k=(3, 3), kw=dict(padding=1, groups=4)),  # depthwise
+    dict(shape=(2, 3, 6, 6), oc=5, k=(5, 5), kw=dict(padding="same")),
+    dict(shape=(1, 2, 5, 5), oc=3, k=(5, 5), kw={}),  # a 1x1 output
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_forward_backward(case, dtype, bias):
+    c = CASES[case]
+    gen = torch.Generator().manual_seed(case)
+    x = torch.randn(c["shape"], generator=gen)
+    cin = c["shape"][1] // c["kw"].get("groups", 1)
+    w = torch.randn((c["oc"], cin) + c["k"], generator=gen) * 0.3
+    b = torch.randn(c["oc"], generator=gen) if bias else None
+    before = native("aten::convolution_overrideable"), native("aten::convolution_backward_overrideable")
+    res = run(dtype, x, w, b, **c["kw"])
+    assert native("aten::convolution_overrideable") > before[0]
+    assert native("aten::convolution_backward_overrideable") > before[1]
+    for got, want in zip(res["neuron"], res["cpu"]):
+        assert got.device.type == "neuron" and got.dtype == dtype
+        torch.testing.assert_close(got.cpu().float(), want.detach().float(), **TOL[dtype])
+
+
+def test_non_contiguous_inputs_and_grad_output():
+    x = torch.randn(2, 8, 6, 10)
+    w = torch.randn(4, 3, 3, 3)
+    xs = x[:, 1:4, :, ::2]  # channel slice and a strided width
+    for dev_x in (xs, x.to(memory_format=torch.channels_last)[:, :3]):
+        ref = F.conv2d(dev_x, w, padding=1)
+        got = F.conv2d(dev_x.to("neuron"), w.to("neuron"), padding=1)
+        torch.testing.assert_close(got.cpu(), ref, rtol=1e-4, atol=1e-4)
+    # channels_last weight and a non-contiguous grad_output
+    wl = w.to(memory_format=torch.channels_last)
+    xn = xs.to("neuron").requires_grad_()
+    wn = wl.to("neuron").requires_grad_()
+    out = F.conv2d(xn, wn, padding=1)
+    g = torch.randn(out.shape[::-1]).permute(3, 2, 1, 0)
+    out.backward(g.to("neuron"))
+    xc, wc = xs.clone().requires_grad_(), wl.clone().requires_grad_()
+    F.conv2d(xc, wc, padding=1).backward(g)
+    torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(wn.grad.cpu(), wc.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_empty_batch_and_module():
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(0, 3, 5, 5)
+    assert conv.to("neuron")(x.to("neuron")).shape == (0, 4, 5, 5)
+    conv_cpu = torch.nn.Conv2d(3, 4, 3, padding=1)
+    conv_dev = torch.nn.Conv2d(3, 4, 3, padding=1).to("neuron")
+    conv_dev.load_state_dict(conv_cpu.state_dict())
+    x = torch.randn(2, 3, 7, 7)
+    torch.testing.assert_close(conv_dev(x.to("neuron")).cpu(), conv_cpu(x), rtol=1e-4, atol=1e-4)
+
+
+def test_cases_the_kernel_does_not_take_equal_cpu():
+    x = torch.randn(2, 3, 9)
+    w = torch.randn(4, 3, 3)
+    torch.testing.assert_close(F.conv1d(x.to("neuron"), w.to("neuron"), padding=1).cpu(), F.conv1d(x, w, padding=1))
+    x2, w2 = torch.randn(1, 4, 5, 5, dtype=torch.float64), torch.randn(4, 2, 3, 3, dtype=torch.float64)
+    torch.testing.assert_close(F.conv_transpose2d(x2.to("neuron"), w2.to("neuron"), stride=2).cpu(),
+                               F.conv_transpose2d(x2, w2, stride=2))
+    torch.testing.assert_close(F.conv2d(x2.to("neuron"), w2.transpose(0, 1).to("neuron")).cpu(),
+                               F.conv2d(x2, w2.transpose(0, 1)))
+
+
+def test_errors_match_cpu():
+    x, w = torch.randn(1, 3, 4, 4), torch.randn(2, 4, 3, 3)  # channel mismatch
+    with pytest.raises(RuntimeError) as cpu_err:
+        F.conv2d(x, w)
+    with pytest.raises(RuntimeError) as dev_err:
+        F.conv2d(x.to("neuron"), w.to("neuron"))
+    assert str(dev_err.value).split("\n")[0] == str(cpu_err.value).split("\n")[0]
+    with pytest.raises(RuntimeError, match="Kernel size can't be greater than actual input size"):
+        F.conv2d(torch.randn(1, 1, 2, 2).to("neuron"), torch.randn(1, 1, 3, 3).to("neuron"))
