@@ -25,7 +25,8 @@ static const nk_gemm_isa *isa_detect(void) {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
         return &nk_gemm_isa_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nk_gemm_isa_avx2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &nk_gemm_isa_avx2;
 #endif
     return &nk_gemm_isa_generic;
 }

@@ -35,6 +35,8 @@ static atomic_uint g_generation;      /* futex word: bumped once per job */
 static atomic_int g_active;           /* workers still inside the current job */
 static nk_job *_Atomic g_job;
 static _Thread_local int t_in_parallel;
+static nk_parallel_run_fn _Atomic g_runner;
+static nk_threads_fn _Atomic g_runner_threads;
 /* The generation current when each worker was created: it must not miss a job published before it
  * first runs. */
 static unsigned g_start_generation[NK_MAX_THREADS];
@@ -97,7 +99,17 @@ void nk_threads_set(int n) {
 }
 
 int nk_threads_get(void) {
+    nk_threads_fn threads = atomic_load_explicit(&g_runner_threads, memory_order_acquire);
+    if (threads != NULL) {
+        int n = threads();
+        return n < 1 ? 1 : n;
+    }
     return g_threads;
+}
+
+void nk_parallel_runner_set(nk_parallel_run_fn run, nk_threads_fn threads) {
+    atomic_store_explicit(&g_runner_threads, run != NULL ? threads : NULL, memory_order_release);
+    atomic_store_explicit(&g_runner, threads != NULL ? run : NULL, memory_order_release);
 }
 
 void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
@@ -105,6 +117,14 @@ void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
         return;
     if (grain < 1)
         grain = 1;
+    nk_parallel_run_fn run = atomic_load_explicit(&g_runner, memory_order_acquire);
+    if (run != NULL) {
+        if (n <= grain)
+            fn(ctx, 0, n);
+        else
+            run(n, grain, fn, ctx);
+        return;
+    }
     int threads = g_threads;
     if (t_in_parallel || threads == 1 || n <= grain) {
         fn(ctx, 0, n);
