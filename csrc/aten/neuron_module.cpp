@@ -16,23 +16,14 @@ void route_composite_ops_to_cpu();
 
 using namespace torch_neuronx;
 
-namespace {
-// The kernels' parallel loops on PyTorch's intra-op pool (see nk_parallel_runner_set).
-void run_on_torch_pool(int64_t n, int64_t grain, nk_range_fn fn, void* ctx) {
-  at::parallel_for(0, n, grain, [fn, ctx](int64_t b, int64_t e) { fn(ctx, b, e); });
-}
-int torch_pool_threads() { return at::get_num_threads(); }
-}  // namespace
-
 PYBIND11_MODULE(_C, m) {
   m.doc() = "TorchNeuron native binding";
 
   m.def("_init", [] {
     ensure_init();
     route_composite_ops_to_cpu();
-    // One pool for our kernels, PyTorch's CPU kernels and compiled kernels.
+    // The kernel pool uses as many threads as PyTorch's CPU kernels: they never run at the same time.
     nk_threads_set(at::get_num_threads());
-    nk_parallel_runner_set(run_on_torch_pool, torch_pool_threads);
   });
   m.def("_is_initialized", [] { return nrn_is_initialized(); });
   // Never raises: a broken environment reports zero devices here; _init() explains why.

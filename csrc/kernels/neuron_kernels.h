@@ -362,13 +362,9 @@ nk_status nk_histc_int(const nk_tensor *hist, const nk_tensor *src, int64_t min,
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at
- * once), then sleep on a futex, so an idle pool costs nothing.
- *
- * A host program with its own pool should hand its parallel-for to the library instead
- * (nk_parallel_runner_set): the binding passes PyTorch's, so our kernels, PyTorch's CPU kernels and the
- * C++ kernels torch.compile generates share one set of threads. Two pools would each keep spinning
- * threads after their jobs and take the cores from each other when their kernels alternate quickly
- * (a compiled decode step alternates a generated kernel and a matrix product dozens of times).
+ * once), then sleep on a futex, so an idle pool costs nothing. The binding sets the thread count to
+ * PyTorch's intra-op thread count: our kernels and PyTorch's CPU kernels never run at the same time
+ * (execution is synchronous on the calling thread), so together they never oversubscribe the cores.
  */
 typedef void (*nk_range_fn)(void *ctx, int64_t begin, int64_t end);
 /* Total threads including the caller (>= 1); 1 runs everything on the caller. Default: 1. */
@@ -378,11 +374,6 @@ int nk_threads_get(void);
  * last), on the pool and the calling thread; returns when all chunks are done. Calls made from inside
  * a chunk run serially on that thread. */
 void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx);
-/* An external pool: run(n, grain, fn, ctx) must have nk_parallel_for's contract, threads() the number of
- * threads it uses. Both NULL restores the library's pool. Set once, before kernels run concurrently. */
-typedef void (*nk_parallel_run_fn)(int64_t n, int64_t grain, nk_range_fn fn, void *ctx);
-typedef int (*nk_threads_fn)(void);
-void nk_parallel_runner_set(nk_parallel_run_fn run, nk_threads_fn threads);
 
 #ifdef __cplusplus
 }
