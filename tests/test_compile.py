@@ -284,3 +284,66 @@ def test_backend_registered_entry_point_cheap_import_and_report_at_exit(tmp_path
         {"TORCH_NEURONX_COMPILE_REPORT": "1", "TORCH_NEURONX_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 0 and "OK NeuronInterface" in r.stdout, r.stderr[-2000:]
     assert "torch_neuronx compile report" in r.stderr and "<lambda>" in r.stderr
+
+
+def _trainer_losses(model, compile_: bool, tmp_path):
+    """Trains a copy of `model` for a few steps with the Trainer; returns the logged losses and the model."""
+    import copy
+
+    import transformers
+
+    g = torch.Generator().manual_seed(0)
+    # Lengths on both sides of 128: padded to a multiple of 128, the batches have two shapes.
+    lengths = [40, 100, 7, 128, 150, 30, 60, 200, 90, 20, 110, 45]
+    items = [torch.randint(6, model.config.vocab_size, (n,), generator=g) for n in lengths]
+
+    def collate(batch):
+        n = -(-max(len(b) for b in batch) // 128) * 128
+        ids = torch.zeros(len(batch), n, dtype=torch.long)
+        mask = torch.zeros(len(batch), n, dtype=torch.long)
+        for i, b in enumerate(batch):
+            ids[i, :len(b)] = b
+            mask[i, :len(b)] = 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+    class Losses(transformers.TrainerCallback):
+        def __init__(self):
+            self.losses = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.losses.append(logs["loss"])
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=6, learning_rate=1e-3,
+        logging_steps=1, report_to=[], save_strategy="no", torch_compile=compile_, dataloader_num_workers=0,
+        seed=0, disable_tqdm=True)
+    rec = Losses()
+    trainer = transformers.Trainer(model=copy.deepcopy(model), args=args, train_dataset=items,
+                                   data_collator=collate, callbacks=[rec])
+    # Sequential batches: both runs see the same batches in the same order.
+    trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(items)
+    trainer.train()
+    return args, rec.losses, trainer.model
+
+
+def test_trainer_torch_compile_padded_batches_no_recompile_per_step(tiny_llama, tmp_path):
+    compiler.reset_stats()
+    with torch._dynamo.config.patch(automatic_dynamic_shapes=False):
+        args, compiled_losses, compiled_model = _trainer_losses(tiny_llama, True, tmp_path / "c")
+    # Transformers picks the neuron backend on neuron, with static shapes.
+    assert args.device.type == "neuron" and args.torch_compile_backend == "neuron"
+    s = compiler.stats()
+    _, eager_losses, eager_model = _trainer_losses(tiny_llama, False, tmp_path / "e")
+    assert len(compiled_losses) == len(eager_losses) == 6
+    torch.testing.assert_close(torch.tensor(compiled_losses), torch.tensor(eager_losses), rtol=1e-4, atol=1e-4)
+    for (name, pc), pe in zip(compiled_model.named_parameters(), eager_model.parameters()):
+        assert pc.device.type == "neuron", name
+        torch.testing.assert_close(pc.detach().cpu(), pe.detach().cpu(), rtol=1e-4, atol=1e-5)
+    # Two padded shapes (128 and 256 tokens) over six steps: one forward and one backward graph per shape,
+    # and the one recompile is the shape change, not a step.
+    kinds = sorted(g["kind"] for g in s["graphs"])
+    assert kinds == ["backward", "backward", "forward", "forward"], s["graphs"]
+    assert sorted(g["shapes"] for g in s["graphs"]) == ["", "", "", ""] and len(s["recompiles"]) == 1, s
+    assert "size mismatch" in s["recompiles"][0]["reason"]
+    assert s["graph_breaks"] == []

@@ -213,7 +213,11 @@ def _record(kind: str, where: str, compile_id: str, ops: int, seconds: float, ca
 
 
 def _config_patches(mode: Optional[str], options: Optional[dict]) -> Dict[str, Any]:
-    patches: Dict[str, Any] = {"fx_graph_cache": True}
+    # Generated C++ kernels run on the calling thread. Matrix products and attention (most of the work)
+    # run on the kernel library's pool; OpenMP-parallel generated kernels would add a second pool whose
+    # threads keep spinning after each kernel and take the cores the library's workers need a moment later
+    # (a decode step alternates the two dozens of times). options={"cpp.threads": n} overrides.
+    patches: Dict[str, Any] = {"fx_graph_cache": True, "cpp.threads": 1}
     if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise RuntimeError(f"neuron backend: unknown mode {mode!r}; expected one of 'default', "
                            "'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'")

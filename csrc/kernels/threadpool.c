@@ -2,13 +2,17 @@
  * threadpool.c - the library's one thread pool (see nk_parallel_for in neuron_kernels.h).
  *
  * A job is published by bumping a generation counter; workers claim chunks from an atomic cursor, so
- * uneven chunks balance themselves. The caller works too, then waits for the workers that joined.
+ * uneven chunks balance themselves. The caller works too, closes the job when no chunk is left, and
+ * waits only for the workers that joined before that: a worker that is not running yet (asleep, or
+ * without a core because other threads spin or the machine is oversubscribed) never delays a job, the
+ * caller has done its share. Waiting for every worker to arrive cost a scheduler time slice per op.
  */
 #include "neuron_kernels.h"
 
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/syscall.h>
@@ -32,7 +36,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* one job at a time;
 static int g_threads = 1;
 static int g_started;                 /* workers running */
 static atomic_uint g_generation;      /* futex word: bumped once per job */
-static atomic_int g_active;           /* workers still inside the current job */
+static atomic_int g_inside;           /* workers that joined (or are trying to join) a job */
+static atomic_uint g_open;            /* generation of the job open for joining; 0: none */
+static atomic_int g_sleepers;         /* workers waiting on the futex */
 static nk_job *_Atomic g_job;
 static _Thread_local int t_in_parallel;
 /* The generation current when each worker was created: it must not miss a job published before it
@@ -71,16 +77,21 @@ static void *worker_main(void *arg) {
 #endif
                 continue;
             }
+            atomic_fetch_add(&g_sleepers, 1);
             futex_wait(&g_generation, seen);
+            atomic_fetch_sub(&g_sleepers, 1);
+            spins = 0;
         }
         seen = gen;
-        nk_job *job = atomic_load_explicit(&g_job, memory_order_acquire);
-        /* Only workers counted in g_active for this very job take part; the publisher waits for them
-         * before it can publish another, so a counted worker always finds its job here. */
-        if (job != NULL && job->generation == gen && index < job->nworkers) {
-            run_chunks(job);
-            atomic_fetch_sub_explicit(&g_active, 1, memory_order_release);
+        /* Join, then check the job is still open (both sequentially consistent, against the caller's
+         * close-then-count): a worker that saw it open is counted before the caller stops waiting. */
+        atomic_fetch_add(&g_inside, 1);
+        if (atomic_load(&g_open) == gen) {
+            nk_job *job = atomic_load_explicit(&g_job, memory_order_acquire);
+            if (index < job->nworkers)
+                run_chunks(job);
         }
+        atomic_fetch_sub_explicit(&g_inside, 1, memory_order_release);
     }
     return NULL;
 }
@@ -136,19 +147,29 @@ void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
     if (chunk < grain)
         chunk = grain;
     unsigned gen = atomic_load_explicit(&g_generation, memory_order_relaxed) + 1;
+    if (gen == 0)
+        gen = 1; /* 0 means "no open job" */
     nk_job job = {.fn = fn, .ctx = ctx, .n = n, .chunk = chunk, .generation = gen, .nworkers = workers};
     atomic_init(&job.next, 0);
-    atomic_store_explicit(&g_active, workers, memory_order_relaxed);
     atomic_store_explicit(&g_job, &job, memory_order_release);
-    atomic_store_explicit(&g_generation, gen, memory_order_release);
-    futex_wake_all(&g_generation);
+    atomic_store(&g_open, gen);
+    atomic_store(&g_generation, gen);
+    if (atomic_load(&g_sleepers) > 0)
+        futex_wake_all(&g_generation);
     t_in_parallel = 1;
     run_chunks(&job);
     t_in_parallel = 0;
-    while (atomic_load_explicit(&g_active, memory_order_acquire) > 0) {
+    atomic_store(&g_open, 0);
+    /* Only workers inside a chunk remain; one that lost its core mid-chunk gets it back sooner if we
+     * step aside. */
+    for (int spins = 0; atomic_load_explicit(&g_inside, memory_order_acquire) > 0; spins++) {
+        if (spins < 4096) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
     atomic_store_explicit(&g_job, NULL, memory_order_relaxed);
     pthread_mutex_unlock(&g_lock);
