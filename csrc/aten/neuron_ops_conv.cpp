@@ -136,12 +136,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
   at::Tensor w = weight.contiguous();
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, input.options());
+    // bf16/fp16 keep the column gradient in their dtype and col2im rounds after each tap, as PyTorch's
+    // CPU kernel does, so the rounding matches it.
+    at::Tensor wk = w, gk = go;
+    at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, gk.options());
     gi = at::empty(input.sizes(), input.options());  // contiguous; col2im writes every element
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
-        nk_tensor wt = transposed(matrix(w.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op));  // [K, OCg]
-        nk_tensor gog = matrix(go[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, P, op);
+        nk_tensor wt = transposed(matrix(wk.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op));  // [K, OCg]
+        nk_tensor gog = matrix(gk[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, P, op);
         at::Tensor gin = gi[n].narrow(0, grp * g.Cg, g.Cg);
         if (g.pointwise) {
           gemm(matrix(gin, g.Cg, g.H * g.W, op), wt, gog, nullptr, 0.0, op, input);

@@ -4,8 +4,7 @@
  * adjoint, turning the gradient of that matrix back into the gradient of the image.
  *
  * col2im is written as a gather: each input element sums the (at most kh*kw) matrix entries that read
- * it, in fp32, and is written once. A scatter (each entry added into the image) would need the output
- * zeroed first and, for bf16/fp16, would round after every addition.
+ * it and is written once, so no zeroing pass and no atomics between threads.
  */
 #include "kernels_internal.h"
 
@@ -26,8 +25,7 @@ static bool geom_of(conv_geom *g, const nk_tensor *img, const nk_tensor *col, co
     g->OH = eh < 0 ? 0 : eh / g->sh + 1;
     g->OW = ew < 0 ? 0 : ew / g->sw + 1;
     /* col is [C*kh*kw, OH*OW], rows contiguous. */
-    return col->sizes[0] == g->C * g->kh * g->kw && col->sizes[1] == g->OH * g->OW && col->strides[1] == 1 &&
-           img->dtype == col->dtype;
+    return col->sizes[0] == g->C * g->kh * g->kw && col->sizes[1] == g->OH * g->OW && col->strides[1] == 1;
 }
 
 static inline float load_as_f32(const char *p, nk_dtype dt) {
@@ -44,6 +42,10 @@ static inline void store_from_f32(char *p, nk_dtype dt, float v) {
     case NK_F16: *(uint16_t *)p = nk_f32_to_f16(v); break;
     default: *(float *)p = v; break;
     }
+}
+
+static inline float round_to(float v, nk_dtype dt) {
+    return dt == NK_BF16 ? nk_bf16_to_f32(nk_f32_to_bf16(v)) : nk_f16_to_f32(nk_f32_to_f16(v));
 }
 
 typedef struct conv_ctx {
@@ -87,7 +89,7 @@ nk_status nk_im2col(const nk_tensor *col, const nk_tensor *img, const int64_t ke
     nk_status st;
     if ((st = nk_tensor_check(col, &n)) || (st = nk_tensor_check(img, &n))) return st;
     conv_ctx x = {.img = img, .col = col, .es = nk_dtype_size(img->dtype)};
-    if (!geom_of(&x.g, img, col, kernel, stride, padding, dilation)) return NK_INVALID;
+    if (!geom_of(&x.g, img, col, kernel, stride, padding, dilation) || img->dtype != col->dtype) return NK_INVALID;
     const int64_t rows = col->sizes[0];
     if (rows == 0 || col->sizes[1] == 0) return NK_SUCCESS;
     nk_parallel_for(rows, (x.g.OH * x.g.OW) < 4096 ? 4096 / (x.g.OH * x.g.OW) + 1 : 1, im2col_range, &x);
@@ -98,10 +100,13 @@ nk_status nk_im2col(const nk_tensor *col, const nk_tensor *img, const int64_t ke
 static void col2im_range(void *vctx, int64_t begin, int64_t end) {
     const conv_ctx *x = vctx;
     const conv_geom *g = &x->g;
-    const nk_dtype dt = x->img->dtype;
-    const size_t es = x->es;
+    const nk_dtype dt = x->img->dtype, cdt = x->col->dtype;
+    const size_t es = x->es, ces = nk_dtype_size(cdt);
     const int64_t isc = x->img->strides[0], ish = x->img->strides[1], isw = x->img->strides[2];
     const int64_t crs = x->col->strides[0];
+    /* A bf16/fp16 col is summed as PyTorch's CPU kernel does (col2im adding into the image in its own
+     * dtype, taps in the same order), so the results are the CPU's; an fp32 col is rounded once. */
+    const bool round_each = cdt == dt && dt != NK_F32;
     for (int64_t c = begin; c < end; c++) {
         for (int64_t y = 0; y < g->H; y++) {
             for (int64_t xx = 0; xx < g->W; xx++) {
@@ -117,7 +122,8 @@ static void col2im_range(void *vctx, int64_t begin, int64_t end) {
                         const int64_t ow = tx / g->sw;
                         if (ow >= g->OW) continue;
                         const int64_t r = (c * g->kh + i) * g->kw + j;
-                        acc += load_as_f32((const char *)x->col->data + (r * crs + oh * g->OW + ow) * (int64_t)es, dt);
+                        acc += load_as_f32((const char *)x->col->data + (r * crs + oh * g->OW + ow) * (int64_t)ces, cdt);
+                        if (round_each) acc = round_to(acc, dt);
                     }
                 }
                 store_from_f32((char *)x->img->data + (c * isc + y * ish + xx * isw) * (int64_t)es, dt, acc);
@@ -134,6 +140,7 @@ nk_status nk_col2im(const nk_tensor *img, const nk_tensor *col, const int64_t ke
     nk_status st;
     if ((st = nk_tensor_check(col, &n)) || (st = nk_tensor_check(img, &n))) return st;
     if (img->dtype != NK_F32 && img->dtype != NK_BF16 && img->dtype != NK_F16) return NK_UNSUPPORTED;
+    if (col->dtype != img->dtype && col->dtype != NK_F32) return NK_UNSUPPORTED;
     conv_ctx x = {.img = img, .col = col, .es = nk_dtype_size(img->dtype)};
     if (!geom_of(&x.g, img, col, kernel, stride, padding, dilation)) return NK_INVALID;
     if (x.g.C == 0 || x.g.H == 0 || x.g.W == 0) return NK_SUCCESS;

@@ -109,8 +109,9 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
  * 2-D convolution as GEMM. img is one image [C, H, W] (any strides), col a [C*kh*kw, OH*OW] matrix with
  * unit column stride, OH/OW from PyTorch's output-size rule. im2col: col[(c*kh + i)*kw + j, oh*OW + ow] =
  * img[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw], 0 in the padding (any dtype of one element size).
- * col2im, its adjoint: img = the sum of the col entries that read each element, accumulated in fp32
- * (F32, BF16, F16). Both NK_INVALID on a shape mismatch.
+ * col2im, its adjoint: img = the sum of the col entries that read each element (F32, BF16, F16; col of
+ * img's dtype, summed tap by tap in that dtype as PyTorch's CPU kernel does, or F32, rounded once).
+ * Both NK_INVALID on a shape mismatch.
  */
 nk_status nk_im2col(const nk_tensor *col, const nk_tensor *img, const int64_t kernel[2], const int64_t stride[2],
                     const int64_t padding[2], const int64_t dilation[2]);
