@@ -7,8 +7,8 @@ Prefill: tokens/s of one forward pass over a 512-token prompt (batch 1).
 Decode: tokens/s of greedy generation of 128 new tokens with the static cache (batch 1), excluding the prefill.
 Ceiling: decoding reads every weight once per token, so it cannot beat (memory bandwidth / weight bytes);
 the bandwidth is measured here with a large device-to-device copy (read + write bytes / time).
-Static-cache generation runs with torch.compile when a "neuron" dynamo backend is registered, else eagerly
-(disable_compile=True); the printout says which.
+Static-cache generation runs eagerly on both devices (--compile: neuron compiled with backend "neuron",
+as Transformers does by default); the printout says which.
 """
 
 import argparse
@@ -63,14 +63,14 @@ def compile_available():
         return False
 
 
-def bench(model_cpu, device, dtype, repeats):
+def bench(model_cpu, device, dtype, repeats, compiled=False):
     model = model_cpu.to(dtype=dtype) if device == "cpu" else model_cpu.to(dtype=dtype).to(device)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(3, 32000, (1, PROMPT), generator=gen).to(device)
     short = torch.randint(3, 32000, (1, DECODE_PROMPT), generator=gen).to(device)
     kwargs = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
-    if device.startswith("neuron") and not compile_available():
-        kwargs["disable_compile"] = True
+    if not (compiled and device.startswith("neuron") and compile_available()):
+        kwargs["disable_compile"] = True  # eager vs eager unless --compile
 
     with torch.no_grad():
         t_prefill = timed(lambda: model(prompt, use_cache=False), device, repeats)
@@ -84,6 +84,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "both"], default="both")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compile", action="store_true", help="neuron's static-cache generation compiled with "
+                        "backend neuron (Transformers' default on neuron); default: eager on both devices")
     args = parser.parse_args()
     import torch_neuronx  # noqa: F401
 
@@ -92,7 +94,7 @@ def main():
     model = LlamaForCausalLM(config()).eval()
     params = sum(p.numel() for p in model.parameters())
     dtypes = [torch.float32, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
-    mode = "torch.compile (neuron)" if compile_available() else "eager (disable_compile=True)"
+    mode = "torch.compile (neuron)" if args.compile and compile_available() else "eager (disable_compile=True)"
     print(f"Llama-style model: {params / 1e6:.1f}M parameters; torch {torch.__version__}, "
           f"transformers {transformers.__version__}, {torch.get_num_threads()} threads; neuron static cache: {mode}")
     bw = {d: copy_bandwidth(d) for d in ("cpu", "neuron")}
@@ -100,7 +102,7 @@ def main():
     print(f"\n{'dtype':9s} {'phase':8s} {'neuron tok/s':>13s} {'cpu tok/s':>10s} {'neuron/cpu':>10s}  decode ceiling")
     for dtype in dtypes:
         weight_bytes = params * torch.empty((), dtype=dtype).element_size()
-        n_pre, n_dec = bench(model, "neuron", dtype, args.repeats)
+        n_pre, n_dec = bench(model, "neuron", dtype, args.repeats, compiled=args.compile)
         c_pre, c_dec = bench(model, "cpu", dtype, args.repeats)
         name = str(dtype).replace("torch.", "")
         print(f"{name:9s} {'prefill':8s} {n_pre:13.1f} {c_pre:10.1f} {n_pre / c_pre:10.2f}")
