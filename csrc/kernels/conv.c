@@ -54,6 +54,18 @@ typedef struct conv_ctx {
     size_t es;
 } conv_ctx;
 
+/* The checks both entry points share: arguments present, descriptors valid, geometry consistent. */
+static nk_status conv_setup(conv_ctx *x, const nk_tensor *img, const nk_tensor *col, const int64_t kernel[2],
+                            const int64_t stride[2], const int64_t padding[2], const int64_t dilation[2]) {
+    if (col == NULL || img == NULL || kernel == NULL || stride == NULL || padding == NULL || dilation == NULL)
+        return NK_INVALID;
+    int64_t n;
+    nk_status st;
+    if ((st = nk_tensor_check(col, &n)) || (st = nk_tensor_check(img, &n))) return st;
+    *x = (conv_ctx){.img = img, .col = col, .es = nk_dtype_size(img->dtype)};
+    return geom_of(&x->g, img, col, kernel, stride, padding, dilation) ? NK_SUCCESS : NK_INVALID;
+}
+
 /* Rows [begin, end) of col: row r = (c, i, j) reads channel c shifted by kernel tap (i, j). */
 static void im2col_range(void *vctx, int64_t begin, int64_t end) {
     const conv_ctx *x = vctx;
@@ -83,13 +95,10 @@ static void im2col_range(void *vctx, int64_t begin, int64_t end) {
 
 nk_status nk_im2col(const nk_tensor *col, const nk_tensor *img, const int64_t kernel[2], const int64_t stride[2],
                     const int64_t padding[2], const int64_t dilation[2]) {
-    if (col == NULL || img == NULL || kernel == NULL || stride == NULL || padding == NULL || dilation == NULL)
-        return NK_INVALID;
-    int64_t n;
-    nk_status st;
-    if ((st = nk_tensor_check(col, &n)) || (st = nk_tensor_check(img, &n))) return st;
-    conv_ctx x = {.img = img, .col = col, .es = nk_dtype_size(img->dtype)};
-    if (!geom_of(&x.g, img, col, kernel, stride, padding, dilation) || img->dtype != col->dtype) return NK_INVALID;
+    conv_ctx x;
+    nk_status st = conv_setup(&x, img, col, kernel, stride, padding, dilation);
+    if (st != NK_SUCCESS) return st;
+    if (img->dtype != col->dtype) return NK_INVALID;
     const int64_t rows = col->sizes[0];
     if (rows == 0 || col->sizes[1] == 0) return NK_SUCCESS;
     nk_parallel_for(rows, (x.g.OH * x.g.OW) < 4096 ? 4096 / (x.g.OH * x.g.OW) + 1 : 1, im2col_range, &x);
@@ -134,15 +143,11 @@ static void col2im_range(void *vctx, int64_t begin, int64_t end) {
 
 nk_status nk_col2im(const nk_tensor *img, const nk_tensor *col, const int64_t kernel[2], const int64_t stride[2],
                     const int64_t padding[2], const int64_t dilation[2]) {
-    if (col == NULL || img == NULL || kernel == NULL || stride == NULL || padding == NULL || dilation == NULL)
-        return NK_INVALID;
-    int64_t n;
-    nk_status st;
-    if ((st = nk_tensor_check(col, &n)) || (st = nk_tensor_check(img, &n))) return st;
+    conv_ctx x;
+    nk_status st = conv_setup(&x, img, col, kernel, stride, padding, dilation);
+    if (st != NK_SUCCESS) return st;
     if (img->dtype != NK_F32 && img->dtype != NK_BF16 && img->dtype != NK_F16) return NK_UNSUPPORTED;
     if (col->dtype != img->dtype && col->dtype != NK_F32) return NK_UNSUPPORTED;
-    conv_ctx x = {.img = img, .col = col, .es = nk_dtype_size(img->dtype)};
-    if (!geom_of(&x.g, img, col, kernel, stride, padding, dilation)) return NK_INVALID;
     if (x.g.C == 0 || x.g.H == 0 || x.g.W == 0) return NK_SUCCESS;
     nk_parallel_for(x.g.C, 1, col2im_range, &x);
     return NK_SUCCESS;

@@ -14,46 +14,34 @@
 
 #define NK_NZ_MAX_PARTS 256
 
-/* A float is nonzero unless its bits other than the sign are all zero (NaN counts, -0.0 does not). */
-static int64_t nk_row_count(const char *p, int64_t stride, int64_t n, nk_dtype dt) {
+/*
+ * Counts a row's nonzeros and, when pos is not NULL, stores their positions in the row. A float is
+ * nonzero unless its bits other than the sign are all zero (NaN counts, -0.0 does not). The two loops
+ * keep the counting pass free of stores.
+ */
+static int64_t nk_row_scan(const char *p, int64_t stride, int64_t n, nk_dtype dt, int64_t *pos) {
     int64_t c = 0;
-#define NK_COUNT(T, MASK)                                                       \
-    for (int64_t i = 0; i < n; i++) c += (((const T *)p)[i * stride] & (MASK)) != 0; \
+#define NK_SCAN(T, MASK)                                                                    \
+    if (pos == NULL) {                                                                      \
+        for (int64_t i = 0; i < n; i++) c += (((const T *)p)[i * stride] & (MASK)) != 0;    \
+    } else {                                                                                \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            pos[c] = i;                                                                     \
+            c += (((const T *)p)[i * stride] & (MASK)) != 0;                                \
+        }                                                                                   \
+    }                                                                                       \
     break;
     switch (dt) {
-    case NK_BOOL: case NK_U8: case NK_I8: NK_COUNT(uint8_t, 0xFFu)
-    case NK_I16: case NK_U16: NK_COUNT(uint16_t, 0xFFFFu)
-    case NK_F16: case NK_BF16: NK_COUNT(uint16_t, 0x7FFFu)
-    case NK_I32: case NK_U32: NK_COUNT(uint32_t, 0xFFFFFFFFu)
-    case NK_F32: NK_COUNT(uint32_t, 0x7FFFFFFFu)
-    case NK_I64: case NK_U64: NK_COUNT(uint64_t, UINT64_MAX)
-    case NK_F64: NK_COUNT(uint64_t, UINT64_C(0x7FFFFFFFFFFFFFFF))
+    case NK_BOOL: case NK_U8: case NK_I8: NK_SCAN(uint8_t, 0xFFu)
+    case NK_I16: case NK_U16: NK_SCAN(uint16_t, 0xFFFFu)
+    case NK_F16: case NK_BF16: NK_SCAN(uint16_t, 0x7FFFu)
+    case NK_I32: case NK_U32: NK_SCAN(uint32_t, 0xFFFFFFFFu)
+    case NK_F32: NK_SCAN(uint32_t, 0x7FFFFFFFu)
+    case NK_I64: case NK_U64: NK_SCAN(uint64_t, UINT64_MAX)
+    case NK_F64: NK_SCAN(uint64_t, UINT64_C(0x7FFFFFFFFFFFFFFF))
     default: break;
     }
-#undef NK_COUNT
-    return c;
-}
-
-/* Positions (in the row) of the row's nonzeros, into pos; returns their count. */
-static int64_t nk_row_positions(const char *p, int64_t stride, int64_t n, nk_dtype dt, int64_t *pos) {
-    int64_t c = 0;
-#define NK_POS(T, MASK)                                                        \
-    for (int64_t i = 0; i < n; i++) {                                          \
-        pos[c] = i;                                                            \
-        c += (((const T *)p)[i * stride] & (MASK)) != 0;                       \
-    }                                                                          \
-    break;
-    switch (dt) {
-    case NK_BOOL: case NK_U8: case NK_I8: NK_POS(uint8_t, 0xFFu)
-    case NK_I16: case NK_U16: NK_POS(uint16_t, 0xFFFFu)
-    case NK_F16: case NK_BF16: NK_POS(uint16_t, 0x7FFFu)
-    case NK_I32: case NK_U32: NK_POS(uint32_t, 0xFFFFFFFFu)
-    case NK_F32: NK_POS(uint32_t, 0x7FFFFFFFu)
-    case NK_I64: case NK_U64: NK_POS(uint64_t, UINT64_MAX)
-    case NK_F64: NK_POS(uint64_t, UINT64_C(0x7FFFFFFFFFFFFFFF))
-    default: break;
-    }
-#undef NK_POS
+#undef NK_SCAN
     return c;
 }
 
@@ -98,9 +86,9 @@ static void nk_nz_run(void *ctx, int64_t pb, int64_t pe) {
         for (int64_t r = rb; r < re; r++) {
             const char *p = (const char *)in->data + off * es;
             if (!j->write) {
-                count += nk_row_count(p, j->inner_stride, j->row_len, in->dtype);
+                count += nk_row_scan(p, j->inner_stride, j->row_len, in->dtype, NULL);
             } else {
-                const int64_t c = nk_row_positions(p, j->inner_stride, j->row_len, in->dtype, pos);
+                const int64_t c = nk_row_scan(p, j->inner_stride, j->row_len, in->dtype, pos);
                 for (int64_t q = 0; q < c; q++, orow++) {
                     int64_t *o = (int64_t *)out->data + orow * out->strides[0];
                     for (int32_t d = 0; d + 1 < j->nd; d++) o[d * out->strides[1]] = idx[d];

@@ -4,21 +4,12 @@
  * an empty output), in fp32, bf16 and fp16.
  */
 #include "neuron_kernels.h"
+#include "nk_test.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_checks, g_failures;
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        g_checks++;                                                                     \
-        if (!(cond)) {                                                                  \
-            g_failures++;                                                               \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);    \
-        }                                                                               \
-    } while (0)
 
 static nk_tensor desc(void *data, nk_dtype dt, int ndim, const int64_t *sizes, const int64_t *strides) {
     nk_tensor t;

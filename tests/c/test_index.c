@@ -3,40 +3,11 @@
  */
 #include "kernels_internal.h"
 #include "neuron_kernels.h"
+#include "nk_test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_checks, g_failures;
-
-#define CHECK_MSG(cond, ...)                                                             \
-    do {                                                                                 \
-        g_checks++;                                                                      \
-        if (!(cond)) {                                                                   \
-            g_failures++;                                                                \
-            if (g_failures <= 30) {                                                      \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                            \
-                fprintf(stderr, "\n");                                                   \
-            }                                                                            \
-        }                                                                                \
-    } while (0)
-
-static nk_tensor mk(void *data, nk_dtype dt, int32_t nd, const int64_t *sizes, const int64_t *strides) {
-    nk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = nd;
-    int64_t st = 1;
-    for (int32_t d = nd - 1; d >= 0; d--) {
-        t.sizes[d] = sizes[d];
-        t.strides[d] = strides ? strides[d] : st;
-        st *= sizes[d];
-    }
-    return t;
-}
 
 static void test_index_select(void) {
     /* src [4,3] float viewed transposed: element (i,j) at i + 4*j. */
