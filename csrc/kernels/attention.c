@@ -37,11 +37,11 @@ typedef struct nk_attn_simd {
 #undef NK_GEMM_ROWS
 #define NK_SFX(name) name##_avx2
 #define NK_TGT __attribute__((target("avx2,fma"), optimize("fp-contract=fast")))
-#define NK_GEMM_ROWS 4
+#define NK_ATTN_OWN_PRODUCTS /* below, in intrinsics */
 #include "attention_simd.h"
 #undef NK_SFX
 #undef NK_TGT
-#undef NK_GEMM_ROWS
+#undef NK_ATTN_OWN_PRODUCTS
 #define NK_SFX(name) name##_base
 #define NK_TGT
 #define NK_GEMM_ROWS 4
@@ -60,7 +60,7 @@ typedef struct nk_attn_simd {
 #define NK_AVX2 __attribute__((target("avx2,fma")))
 
 /* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 16; 4x16 register tiles (8 accumulators). */
-NK_AVX2 static void nk_gemm_acc_avx2i(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                                        int64_t ldb, float *C, int64_t ldc) {
     int64_t i = 0;
     for (; i + 4 <= M; i += 4)
@@ -96,7 +96,7 @@ NK_AVX2 static void nk_gemm_acc_avx2i(int64_t M, int64_t N, int64_t K, const flo
         }
 }
 
-NK_AVX2 static inline float nk_hsum_avx2i(__m256 v) {
+NK_AVX2 static inline float nk_hsum8_avx2(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -104,7 +104,7 @@ NK_AVX2 static inline float nk_hsum_avx2i(__m256 v) {
 }
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */
-NK_AVX2 static void nk_gemv_dots_avx2i(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s) {
+NK_AVX2 static void nk_gemv_dots_avx2(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s) {
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
         __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -112,18 +112,18 @@ NK_AVX2 static void nk_gemv_dots_avx2i(int64_t n, int64_t d, const float *q, con
             const __m256 qv = _mm256_loadu_ps(q + k);
             for (int r = 0; r < 4; r++) a[r] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(K + (j + r) * ldk + k), a[r]);
         }
-        for (int r = 0; r < 4; r++) s[j + r] = nk_hsum_avx2i(a[r]);
+        for (int r = 0; r < 4; r++) s[j + r] = nk_hsum8_avx2(a[r]);
     }
     for (; j < n; j++) {
         __m256 a = _mm256_setzero_ps();
         for (int64_t k = 0; k < d; k += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + k), _mm256_loadu_ps(K + j * ldk + k), a);
-        s[j] = nk_hsum_avx2i(a);
+        s[j] = nk_hsum8_avx2(a);
     }
 }
 
-static const nk_attn_simd nk_attn_simd_table_avx2i = {
-    .gemm_acc = nk_gemm_acc_avx2i,
-    .gemv_dots = nk_gemv_dots_avx2i,
+static const nk_attn_simd nk_attn_simd_table_avx2 = {
+    .gemm_acc = nk_gemm_acc_avx2,
+    .gemv_dots = nk_gemv_dots_avx2,
     .row_max = nk_row_max_avx2,
     .row_exp_sum = nk_row_exp_sum_avx2,
     .row_exp = nk_row_exp_avx2,
@@ -133,7 +133,7 @@ static const nk_attn_simd nk_attn_simd_table_avx2i = {
 static const nk_attn_simd *nk_attn_simd_get(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return &nk_attn_simd_table_avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nk_attn_simd_table_avx2i;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &nk_attn_simd_table_avx2;
     return &nk_attn_simd_table_base;
 }
 

@@ -6,6 +6,7 @@
  * vector becomes one zmm register under AVX-512, two ymm under AVX2 and four xmm on baseline x86-64.
  *
  * NK_GEMM_ROWS: rows of the GEMM register tile (2*rows vector accumulators must fit the register file).
+ * NK_ATTN_OWN_PRODUCTS: only the row functions; the including file writes the products and the table.
  * Contract for every function here: row lengths that are vectors (n, N) are multiples of 16.
  */
 
@@ -103,6 +104,7 @@ NK_TGT static void NK_SFX(nk_row_exp)(float *s, int64_t n, float m) {
     for (int64_t j = 0; j < n; j += 16) NK_VSTORE(s + j, NK_SFX(nk_vexp)(NK_VLOAD(s + j) - m));
 }
 
+#ifndef NK_ATTN_OWN_PRODUCTS /* the including file supplies the two products and the table */
 /*
  * C[M,N] += A[M,K] * B[K,N], all fp32 row-major with leading dimensions in elements; N % 16 == 0.
  * Tiles of R rows x 2 vectors keep 2R accumulators in registers while A's elements are broadcast.
@@ -178,3 +180,4 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
     .row_exp = NK_SFX(nk_row_exp),
 };
 #undef NK_GEMM_TILE
+#endif
