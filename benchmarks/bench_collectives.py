@@ -106,14 +106,19 @@ if __name__ == "__main__":
                 r = neuron[k] / mc
                 print(f"{k}: {100 * r:.0f}% of memcpy  (target >= {100 * TARGET_VS_MEMCPY:.0f}%: "
                       f"{verdict(r >= TARGET_VS_MEMCPY, f'{TARGET_VS_MEMCPY / r:.1f}x short')})")
-        # Memory roofline of all_reduce: whatever the algorithm, every rank's input must be read once and
-        # every rank's output written once, so the ranks together move at least what each rank copying its
-        # own 64 MiB buffer at the same moment moves; all_reduce busbw (for 2 ranks, bytes / time) cannot
-        # exceed that concurrent copy bandwidth (a little more with non-temporal stores, which skip the
-        # read-for-ownership a plain copy pays).
-        k = "all_reduce 64 MiB busbw (GB/s)"
-        bound = mc_all * WORLD / (2 * (WORLD - 1))
-        print(f"all_reduce 64 MiB memory bound: {bound:.2f} GB/s busbw (all ranks copying at once); neuron reaches "
-              f"{100 * neuron[k] / bound:.0f}% of it; 10x Gloo would need {TARGET_VS_GLOO * gloo[k]:.2f} GB/s = "
-              f"{TARGET_VS_GLOO * gloo[k] / bound:.1f}x the bound")
+        # Memory bounds. Whatever the algorithm, each rank must read and write at least (zero-copy, n ranks,
+        # S = 64 MiB): all_reduce reads S, writes S; all_gather reads S/n, writes S (its part into every
+        # output); reduce_scatter reads S (its slice of every input), writes S/n. A copy of B bytes reads B
+        # and writes B, so an op moving that much cannot beat the copy bandwidth the ranks get when they all
+        # copy at once (non-temporal stores may win a little: they skip the read-for-ownership).
+        S, n = 1.0, WORLD
+        traffic = {"all_reduce": (S, S, 2 * (n - 1) / n * S), "all_gather": (S / n, S, (n - 1) / n * S),
+                   "reduce_scatter": (S, S / n, (n - 1) / n * S)}
+        for op, (rd, wr, bus) in traffic.items():
+            k = f"{op} 64 MiB busbw (GB/s)"
+            bound = mc_all * bus / ((rd + wr) / 2)
+            need = TARGET_VS_GLOO * gloo[k]
+            print(f"{op} 64 MiB copy-traffic bound {bound:.2f} GB/s busbw (plain-store copy): neuron at {100 * neuron[k] / bound:.0f}% of it; "
+                  f"10x Gloo needs {need:.2f} GB/s = {need / bound:.1f}x the bound; 50% of memcpy needs "
+                  f"{TARGET_VS_MEMCPY * mc:.2f} GB/s = {TARGET_VS_MEMCPY * mc / bound:.1f}x the bound")
     dist.destroy_process_group()
