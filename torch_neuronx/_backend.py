@@ -31,6 +31,7 @@ def load() -> None:
 
         register_distributed()
         _register_compiler_hooks()
+        _adopt_mixed_precision_defaults()
         _loaded = True
 
 
@@ -49,6 +50,35 @@ def _register_compiler_hooks() -> None:
         from . import _inductor
 
         _inductor.register()
+
+
+def _adopt_mixed_precision_defaults() -> None:
+    """Gives neuron CPU's picks where PyTorch chooses an algorithm per device type.
+
+    ``F.linear_cross_entropy`` resolves ``acc_policy="auto"`` from a table keyed by (device type, dtype) and
+    accumulates bf16/fp16 in float32 only on devices it knows have a mixed-precision matmul; any other device
+    gets a low-precision policy. neuron's matmul accumulates bf16/fp16 in float32 (as NeuronCores do), so the
+    CPU entries are the right ones, and with them neuron computes what CPU computes."""
+    try:
+        from torch.nn.modules import linear_cross_entropy_options as lce
+    except ImportError:
+        return
+    table = getattr(lce, "_AUTO_DEFAULTS", None)
+    cls = getattr(lce, "LinearCrossEntropyOptions", None)
+    resolve = getattr(cls, "__dict__", {}).get("_resolve_auto_acc_dtype")
+    if not isinstance(table, dict) or not isinstance(resolve, staticmethod):
+        return  # another torch layout: keep PyTorch's own choice
+    for dtype in (torch.bfloat16, torch.float16):
+        if ("cpu", dtype) in table:
+            table.setdefault(("neuron", dtype), table[("cpu", dtype)])
+    base = resolve.__func__
+
+    def resolve_auto_acc_dtype(dtype, device):
+        if device is not None and device.type == "neuron" and dtype in (torch.bfloat16, torch.float16):
+            return torch.float32
+        return base(dtype, device)
+
+    cls._resolve_auto_acc_dtype = staticmethod(resolve_auto_acc_dtype)
 
 
 def _report_at_exit() -> None:
