@@ -56,7 +56,7 @@ typedef struct nk_attn_simd {
  * 512-token causal attention 24x slower than PyTorch's; with AVX-512 those vectors are one register.
  */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "simd_avx2.h"
 #define NK_AVX2 __attribute__((target("avx2,fma")))
 
 /* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 16; 4x16 register tiles (8 accumulators). */
@@ -94,13 +94,6 @@ NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const floa
             _mm256_storeu_ps(C + i * ldc + j, c0);
             _mm256_storeu_ps(C + i * ldc + j + 8, c1);
         }
-}
-
-NK_AVX2 static inline float nk_hsum8_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */

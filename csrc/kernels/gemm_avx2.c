@@ -7,7 +7,7 @@
 #include "gemm_internal.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
+#include "simd_avx2.h"
 
 #define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
@@ -151,13 +151,6 @@ AVX2_TARGET static void pack_a_kcontig_avx2(float *dst, const void *src, nk_dtyp
 
 /* ---- skinny path: dot products along contiguous k ----------------------------------------------- */
 
-AVX2_INLINE float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns; the NB columns of B stream once. */
 AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda, const char *b, nk_dtype dt,
                           size_t es, int64_t ldb, float *c, int64_t ldc) {
@@ -194,7 +187,7 @@ AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda
 #pragma GCC unroll 4
     for (int ii = 0; ii < MB; ii++)
 #pragma GCC unroll 6
-        for (int jj = 0; jj < NB; jj++) c[ii * ldc + jj] = hsum8(acc[ii][jj]);
+        for (int jj = 0; jj < NB; jj++) c[ii * ldc + jj] = nk_hsum8_avx2(acc[ii][jj]);
 }
 
 typedef void (*dot_tile_fn)(int64_t k, const float *a, int64_t lda, const char *b, int64_t ldb, float *c,

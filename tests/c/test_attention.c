@@ -3,27 +3,12 @@
  * materialises the full score matrix (written independently of the blocked kernels).
  */
 #include "kernels_internal.h"
-#include "neuron_kernels.h"
+#include "nk_test.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_checks, g_failures;
-
-#define CHECK_MSG(cond, ...)                                                             \
-    do {                                                                                 \
-        g_checks++;                                                                      \
-        if (!(cond)) {                                                                   \
-            g_failures++;                                                                \
-            if (g_failures <= 30) {                                                      \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-                fprintf(stderr, __VA_ARGS__);                                            \
-                fprintf(stderr, "\n");                                                   \
-            }                                                                            \
-        }                                                                                \
-    } while (0)
 
 static uint64_t g_rng = 88172645463325252ull;
 static double frand(void) {

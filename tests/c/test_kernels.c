@@ -5,29 +5,12 @@
  * IEEE encode/decode with frexp/ldexp/nearbyint and explicit integer rounding, no shared code.
  */
 #include "kernels_internal.h"
-#include "neuron_kernels.h"
+#include "nk_test.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int g_checks;
-static int g_failures;
-
-#define CHECK(cond) CHECK_MSG(cond, "%s", "")
-#define CHECK_MSG(cond, ...)                                                                   \
-    do {                                                                                       \
-        g_checks++;                                                                            \
-        if (!(cond)) {                                                                         \
-            g_failures++;                                                                      \
-            if (g_failures <= 40) {                                                            \
-                fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond);       \
-                fprintf(stderr, __VA_ARGS__);                                                  \
-                fprintf(stderr, "\n");                                                         \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
 
 static const nk_dtype ALL_DTYPES[NK_DTYPE_COUNT] = {NK_BOOL, NK_U8,  NK_I8,  NK_I16, NK_I32, NK_I64, NK_F16,
                                                     NK_BF16, NK_F32, NK_F64, NK_U16, NK_U32, NK_U64};
@@ -1146,7 +1129,6 @@ static void test_rng_errors(void) {
     CHECK(nk_rng_bernoulli_tensor(&ti, &tf, 1, &off) == NK_SUCCESS && off == 4);
     CHECK(i[0] == 0 && i[1] == 1 && i[2] == 0 && i[3] == 1);
 }
-
 
 /* ---- thread pool ---- */
 
