@@ -93,11 +93,10 @@ if __name__ == "__main__":
     if RANK == 0:
         print(f"{'':38s} {'neuron':>10s} {'gloo':>10s} {'neuron/gloo':>12s}  target")
         for k in neuron:
+            r = neuron[k] / gloo[k]
             if "latency" in k:
-                r = neuron[k] / gloo[k]
                 tgt = f"<= {TARGET_LATENCY}x: " + verdict(r <= TARGET_LATENCY, f"{r / TARGET_LATENCY:.1f}x too slow")
             else:
-                r = neuron[k] / gloo[k]
                 tgt = f">= {TARGET_VS_GLOO:.0f}x: " + verdict(r >= TARGET_VS_GLOO, f"{TARGET_VS_GLOO / r:.1f}x short")
             print(f"{k:38s} {neuron[k]:10.2f} {gloo[k]:10.2f} {r:11.3f}x  {tgt}")
         print(f"single-thread memcpy 64 MiB: {mc:.2f} GB/s alone, {mc_all:.2f} GB/s per rank with all {WORLD} ranks copying at once")
