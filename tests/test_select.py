@@ -86,6 +86,32 @@ def test_sort_stable(dtype):
                 same(torch.gather(dev(x), dim, i2), vc)
 
 
+# The dtypes the CPU sorts with the C++ library's introsort when stable=False: its tie order is
+# reproducible, and OpInfo compares argsort/msort indices (and their gradients) with it.
+INTROSORT = [torch.bfloat16, torch.float16, torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("dtype", INTROSORT)
+def test_sort_unstable_ties_match_cpu(dtype):
+    # Long rows take every branch: partitions, the heap sort past the depth budget (many ties), the
+    # final insertion pass; the short ones only the insertion sort.
+    shapes = SHAPES + [((8000,), 0), ((3, 1000), 1), ((1000, 3), 0), ((17,), 0), ((2, 33), 1)]
+    for shape, dim in shapes:
+        x = make(shape, dtype, seed=5)
+        for desc in (False, True):
+            v, i = torch.sort(dev(x), dim=dim, descending=desc)
+            vc, ic = torch.sort(x, dim=dim, descending=desc)
+            same_bits(v, vc)
+            same(i, ic)
+            same(torch.argsort(dev(x), dim=dim, descending=desc), torch.argsort(x, dim=dim, descending=desc))
+    x = make((6, 50), dtype, seed=6).t()  # strided rows
+    same(torch.sort(dev(x), dim=0)[1], torch.sort(x, dim=0)[1])
+    e = make((1,), dtype).expand(40)  # stride 0: the CPU returns indices in order
+    same(torch.sort(dev(make((1,), dtype)).expand(40))[1], torch.sort(e)[1])
+    if dtype.is_floating_point:
+        same(torch.msort(dev(make((500, 3), dtype, seed=7))), torch.msort(make((500, 3), dtype, seed=7)))
+
+
 def test_sort_strided_and_out():
     x = make((6, 40), torch.float32, seed=3).t()  # non-contiguous
     same(torch.sort(dev(x).t().t(), dim=0, stable=True)[1], torch.sort(x, dim=0, stable=True)[1])

@@ -98,7 +98,7 @@ bool sort_outputs_ok(const at::Tensor& self, const at::Tensor& values, const at:
 }
 
 bool sort_native(const at::Tensor& self, int64_t dim, bool descending, bool is_topk, int64_t k, bool largest,
-                 at::Tensor& values, at::Tensor& indices) {
+                 at::Tensor& values, at::Tensor& indices, bool stable = true) {
   const int64_t ndim = self.dim();
   if (dim < -std::max<int64_t>(ndim, 1) || dim >= std::max<int64_t>(ndim, 1)) return false;
   const int32_t d = static_cast<int32_t>(at::maybe_wrap_dim(dim, ndim));
@@ -111,15 +111,22 @@ bool sort_native(const at::Tensor& self, int64_t dim, bool descending, bool is_t
   at::native::resize_output(indices, shape);
   nk_tensor tv, ti, in;
   if (!to_nk(self, &in) || !to_nk(values, &tv) || !to_nk(indices, &ti)) return false;
-  const nk_status st = is_topk ? nk_topk(&tv, &ti, &in, d, k, largest) : nk_sort(&tv, &ti, &in, d, descending);
+  // Non-stable sorts follow the CPU's tie order: its introsort for the dtypes it sorts that way; for
+  // the ones it sorts with a vectorised quicksort the stable order is the nearest (ties rarely differ).
+  const at::ScalarType dt = self.scalar_type();
+  // A dim of stride 0 (expanded) the CPU leaves in index order.
+  const bool intro = !stable && dt != at::kFloat && dt != at::kDouble && dt != at::kInt && dt != at::kLong &&
+                     (ndim == 0 || self.stride(d) != 0);
+  const nk_status st = is_topk ? nk_topk(&tv, &ti, &in, d, k, largest)
+                       : intro ? nk_sort_unstable(&tv, &ti, &in, d, descending)
+                               : nk_sort(&tv, &ti, &in, d, descending);
   return st == NK_SUCCESS;
 }
 
 std::tuple<at::Tensor&, at::Tensor&> neuron_sort_out(const at::Tensor& self, std::optional<bool> stable, int64_t dim,
                                                      bool descending, at::Tensor& values, at::Tensor& indices) {
   NEURON_NATIVE("aten::sort.values_stable");
-  // The kernel's order is the stable one, which also satisfies stable=False (any order of ties).
-  if (!sort_native(self, dim, descending, false, 0, false, values, indices)) {
+  if (!sort_native(self, dim, descending, false, 0, false, values, indices, stable.value_or(false))) {
     at::Tensor v = cpu_like(values), i = cpu_like(indices);
     at::sort_out(v, i, host(self), stable, dim, descending);
     assign(values, v);

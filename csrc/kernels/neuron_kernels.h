@@ -385,6 +385,11 @@ nk_status nk_cat(const nk_tensor *dst, const nk_tensor *const *srcs, int64_t n, 
  */
 nk_status nk_sort(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
                   bool descending);
+/* nk_sort with the tie order of the CPU's non-stable sort for dtypes it sorts with the C++ library's
+ * introsort (all but float32/float64/int32/int64, which it sorts with a vectorised quicksort): the same
+ * values in the same order as nk_sort, equal elements arranged as that algorithm leaves them. */
+nk_status nk_sort_unstable(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
+                           bool descending);
 /* The first k results of nk_sort (descending when largest), so always sorted, ties in input order:
  * outputs have in's shape with k along dim (0 <= k <= size). */
 nk_status nk_topk(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim, int64_t k,

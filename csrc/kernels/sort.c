@@ -137,11 +137,140 @@ static void nk_select_k(nk_kv *a, int64_t n, int64_t k, nk_kv *tmp) {
     nk_merge_sort(a, tmp, k);
 }
 
+/* ---- introsort: the tie order of the CPU's non-stable sort ----
+ *
+ * For most dtypes PyTorch's CPU sort with stable=False is the C++ library's introsort over (value,
+ * index) pairs compared by value only, so equal values come out in an order that depends on the exact
+ * steps of that algorithm. Reproducing those steps (median-of-three pivot moved to the front, an
+ * unguarded partition, heap sort once the depth budget of 2 floor(log2 n) is spent, then one insertion
+ * pass with runs of 16) gives the same indices the CPU returns, tie for tie. Only keys are compared. */
+#define NK_INTRO_RUN 16
+
+static inline bool nk_key_lt(const nk_kv *a, const nk_kv *b) {
+    return a->key < b->key;
+}
+
+static inline void nk_kv_swap(nk_kv *a, nk_kv *b) {
+    const nk_kv t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void nk_heap_adjust(nk_kv *a, int64_t hole, int64_t len, nk_kv v) {
+    const int64_t top = hole;
+    int64_t child = hole;
+    while (child < (len - 1) / 2) {
+        child = 2 * (child + 1);
+        if (nk_key_lt(&a[child], &a[child - 1])) child--;
+        a[hole] = a[child];
+        hole = child;
+    }
+    if ((len & 1) == 0 && child == (len - 2) / 2) {
+        child = 2 * (child + 1);
+        a[hole] = a[child - 1];
+        hole = child - 1;
+    }
+    int64_t parent = (hole - 1) / 2;
+    while (hole > top && nk_key_lt(&a[parent], &v)) {
+        a[hole] = a[parent];
+        hole = parent;
+        parent = (hole - 1) / 2;
+    }
+    a[hole] = v;
+}
+
+static void nk_heap_sort(nk_kv *a, int64_t len) {
+    if (len >= 2) {
+        for (int64_t parent = (len - 2) / 2;; parent--) {
+            nk_heap_adjust(a, parent, len, a[parent]);
+            if (parent == 0) break;
+        }
+    }
+    for (int64_t last = len - 1; last > 0; last--) {
+        const nk_kv v = a[last];
+        a[last] = a[0];
+        nk_heap_adjust(a, 0, last, v);
+    }
+}
+
+static void nk_median_to_first(nk_kv *r, nk_kv *a, nk_kv *b, nk_kv *c) {
+    if (nk_key_lt(a, b)) {
+        if (nk_key_lt(b, c)) nk_kv_swap(r, b);
+        else if (nk_key_lt(a, c)) nk_kv_swap(r, c);
+        else nk_kv_swap(r, a);
+    } else if (nk_key_lt(a, c)) {
+        nk_kv_swap(r, a);
+    } else if (nk_key_lt(b, c)) {
+        nk_kv_swap(r, c);
+    } else {
+        nk_kv_swap(r, b);
+    }
+}
+
+static void nk_intro_loop(nk_kv *first, nk_kv *last, int depth) {
+    while (last - first > NK_INTRO_RUN) {
+        if (depth == 0) {
+            nk_heap_sort(first, last - first);
+            return;
+        }
+        depth--;
+        nk_median_to_first(first, first + 1, first + (last - first) / 2, last - 1);
+        /* Partition [first + 1, last) around the pivot at first; both scans stop at it or a key equal. */
+        nk_kv *lo = first + 1, *hi = last;
+        for (;;) {
+            while (nk_key_lt(lo, first)) lo++;
+            hi--;
+            while (nk_key_lt(first, hi)) hi--;
+            if (!(lo < hi)) break;
+            nk_kv_swap(lo, hi);
+            lo++;
+        }
+        nk_intro_loop(lo, last, depth);
+        last = lo;
+    }
+}
+
+static void nk_linear_insert(nk_kv *p) {
+    const nk_kv v = *p;
+    while (nk_key_lt(&v, p - 1)) {
+        *p = *(p - 1);
+        p--;
+    }
+    *p = v;
+}
+
+static void nk_intro_insertion(nk_kv *first, nk_kv *last) {
+    if (first == last) return;
+    for (nk_kv *i = first + 1; i < last; i++) {
+        if (nk_key_lt(i, first)) {
+            const nk_kv v = *i;
+            memmove(first + 1, first, (size_t)(i - first) * sizeof *first);
+            *first = v;
+        } else {
+            nk_linear_insert(i);
+        }
+    }
+}
+
+static void nk_introsort(nk_kv *a, int64_t n) {
+    if (n < 2) return;
+    int lg = 63 - __builtin_clzll((unsigned long long)n);
+    nk_intro_loop(a, a + n, 2 * lg);
+    if (n > NK_INTRO_RUN) {
+        nk_intro_insertion(a, a + NK_INTRO_RUN);
+        /* Past the first run an element smaller than all before it cannot exist: the first run holds
+         * the minimum after partitioning, so the insertion needs no bound check. */
+        for (nk_kv *i = a + NK_INTRO_RUN; i < a + n; i++) nk_linear_insert(i);
+    } else {
+        nk_intro_insertion(a, a + n);
+    }
+}
+
 typedef struct nk_sort_job {
     const nk_tensor *values, *indices, *in;
     int32_t dim;
     int64_t n, k;          /* slice length, results per slice */
-    bool flip, topk;
+    bool flip, topk, intro;
     int64_t outer_sizes[NK_MAX_DIMS];
     int32_t outer_ndim;
     int32_t outer_dims[NK_MAX_DIMS]; /* the dims other than dim, in order */
@@ -175,6 +304,8 @@ static void nk_sort_run(void *ctx, int64_t b, int64_t e) {
         nk_keys_load(kv, src, is, n, in->dtype, j->flip);
         if (j->topk && j->k * 8 < n) {
             nk_select_k(kv, n, j->k, kv + n);
+        } else if (j->intro) {
+            nk_introsort(kv, n);
         } else {
             nk_merge_sort(kv, kv + n, n);
         }
@@ -196,7 +327,7 @@ static void nk_sort_run(void *ctx, int64_t b, int64_t e) {
 
 /* Shared by sort and topk: outputs have in's shape with k along dim. */
 static nk_status nk_sort_common(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
-                                int64_t k, bool flip, bool topk) {
+                                int64_t k, bool flip, bool topk, bool intro) {
     int64_t ni, nv;
     if (nk_tensor_check(in, &ni) != NK_SUCCESS) return NK_INVALID;
     if (values && (nk_tensor_check(values, &nv) != NK_SUCCESS || values->dtype != in->dtype)) return NK_INVALID;
@@ -215,6 +346,7 @@ static nk_status nk_sort_common(const nk_tensor *values, const nk_tensor *indice
     j->k = k;
     j->flip = flip;
     j->topk = topk;
+    j->intro = intro;
     int64_t slices = 1;
     for (int32_t d = 0; d < in->ndim; d++) {
         const nk_tensor *outs[2] = {values, indices};
@@ -244,12 +376,18 @@ static nk_status nk_sort_common(const nk_tensor *values, const nk_tensor *indice
 nk_status nk_sort(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
                   bool descending) {
     const int64_t n = in && in->ndim > 0 && dim >= 0 && dim < in->ndim ? in->sizes[dim] : 1;
-    return nk_sort_common(values, indices, in, dim, n, descending, false);
+    return nk_sort_common(values, indices, in, dim, n, descending, false, false);
+}
+
+nk_status nk_sort_unstable(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim,
+                           bool descending) {
+    const int64_t n = in && in->ndim > 0 && dim >= 0 && dim < in->ndim ? in->sizes[dim] : 1;
+    return nk_sort_common(values, indices, in, dim, n, descending, false, true);
 }
 
 nk_status nk_topk(const nk_tensor *values, const nk_tensor *indices, const nk_tensor *in, int32_t dim, int64_t k,
                   bool largest) {
-    return nk_sort_common(values, indices, in, dim, k, largest, true);
+    return nk_sort_common(values, indices, in, dim, k, largest, true, false);
 }
 
 /* ---- isin --------------------------------------------------------------------------------------- */

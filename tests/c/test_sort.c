@@ -166,6 +166,46 @@ static bool ref_nonzero(const float *x, int64_t i) {
     return x[i] != 0.0f || x[i] != x[i];
 }
 
+/* nk_sort_unstable on int16 rows: the values in order, the indices a permutation that reads them, up
+ * to 16 elements the insertion sort's (stable) order; heavy ties, sorted and reversed rows of every
+ * length around the thresholds, so partitions, the heap sort and both insertion passes run (ASan). */
+static void test_sort_unstable(void) {
+    const int64_t lens[] = {0, 1, 2, 15, 16, 17, 33, 100, 1000, 5000};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const int64_t n = lens[li];
+        int16_t *x = malloc(sizeof(int16_t) * (size_t)(n + 1)), *v = malloc(sizeof(int16_t) * (size_t)(n + 1));
+        int64_t *ix = malloc(sizeof(int64_t) * (size_t)(n + 1)), *pos = malloc(sizeof(int64_t) * (size_t)(n + 1));
+        double *ref = malloc(sizeof(double) * (size_t)(n + 1));
+        uint8_t *seen = malloc((size_t)(n + 1));
+        for (int pattern = 0; pattern < 3; pattern++) {
+            for (int64_t i = 0; i < n; i++) {
+                x[i] = (int16_t)(pattern == 0 ? (int64_t)(rnd() % 5) : pattern == 1 ? i / 3 : (n - i) / 3);
+                ref[i] = x[i];
+            }
+            for (int desc = 0; desc < 2; desc++) {
+                nk_tensor in = mk(x, NK_I16, 1, &n, NULL), tv = mk(v, NK_I16, 1, &n, NULL), ti = mk(ix, NK_I64, 1, &n, NULL);
+                CHECK_MSG(nk_sort_unstable(&tv, &ti, &in, 0, desc) == NK_SUCCESS, "unstable %lld", (long long)n);
+                ref_sort(ref, n, desc, pos);
+                memset(seen, 0, (size_t)(n + 1));
+                bool ok = true;
+                for (int64_t i = 0; i < n; i++) {
+                    ok &= ix[i] >= 0 && ix[i] < n && !seen[ix[i]];
+                    if (ix[i] >= 0 && ix[i] < n) seen[ix[i]] = 1;
+                    ok &= v[i] == x[pos[i]] && (ix[i] < 0 || ix[i] >= n || v[i] == x[ix[i]]);
+                    if (n <= 16) ok &= ix[i] == pos[i];
+                }
+                CHECK_MSG(ok, "unstable n=%lld pattern %d desc %d", (long long)n, pattern, desc);
+            }
+        }
+        free(x);
+        free(v);
+        free(ix);
+        free(pos);
+        free(ref);
+        free(seen);
+    }
+}
+
 static void test_nonzero(void) {
     /* [5, 7, 300] viewed with dims 0 and 2 swapped: row-major order of the view is not memory order. */
     const int64_t A = 5, B = 7, C = 300, total = A * B * C;
@@ -295,6 +335,7 @@ int main(void) {
     const int64_t shapes[][2] = {{1, 1}, {3, 5}, {4, 23}, {2, 24}, {3, 25}, {5, 97}, {2, 1000}, {40, 3}, {7, 0}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) test_sort_float(shapes[s][0], shapes[s][1]);
     test_sort_types();
+    test_sort_unstable();
     test_nonzero();
     test_triangle();
     test_arange();
