@@ -371,3 +371,110 @@ def test_unsupported_dtype_falls_back():
     check(torch.exp, z)
     u = torch.randint(0, 1000, (5, 7), dtype=torch.int64).to(torch.uint32)
     check(torch.eq, u, u)
+
+
+def _special_f32(n, seed=0):
+    """n float32 values with the cases a float -> 16-bit rounding gets wrong: NaNs (both signs, a
+    payload), infinities, subnormals, signed zeros, overflow to inf, and exact bfloat16 ties with even
+    and odd last kept bit, mixed with random values."""
+    g = torch.Generator().manual_seed(seed)
+    bits = torch.randint(-(2**31), 2**31, (n,), generator=g, dtype=torch.int64)
+    special = [0x7FC00000, 0xFFC00000, 0x7F800001, 0x7FBFFFFF, 0x7F800000, 0xFF800000, 0x00000001,
+               0x80000001, 0x007FFFFF, 0x00400000, 0x0000FFFF, 0x00008000, 0x00018000, 0x80000000, 0,
+               0x7F7FFFFF, 0xFF7FFFFF, 0x3F808000, 0x3F818000, 0xBF808000, 0x3F807FFF, 0x3F808001,
+               0x477FF000, 0x33000000, 0x387FC000]
+    if n >= 4:
+        idx = torch.randint(0, n, (n // 4,), generator=g)
+        bits[idx] = torch.tensor(special, dtype=torch.int64)[torch.arange(n // 4) % len(special)]
+    k = min(n, len(special))
+    bits[:k] = torch.tensor(special[:k], dtype=torch.int64)
+    return ((bits + 2**31) % 2**32 - 2**31).to(torch.int32).view(torch.float32)
+
+
+def _assert_same_bits(got, want):
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    if want.element_size() == 2:
+        gi, wi = got.view(torch.int16), want.view(torch.int16)
+    else:
+        gi, wi = got.view(torch.int32), want.view(torch.int32)
+    assert torch.equal(gi[~nan], wi[~nan])
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 17, 100, 70_001, 1_000_003])
+@pytest.mark.parametrize("dst", [torch.bfloat16, torch.float16])
+def test_cast_f32_to_16bit_bits(n, dst):
+    # Round-to-nearest-even, ties, subnormals and NaN as PyTorch's CPU copy, on the SIMD and the
+    # threaded paths (n past the 32K grain) and the masked tails.
+    x = _special_f32(n, seed=n)
+    xd = x.to(N)
+    _assert_same_bits(xd.to(dst), x.to(dst))
+    out = torch.empty(n, dtype=dst, device=N)
+    out.copy_(xd)
+    _assert_same_bits(out, x.to(dst))
+    # And back: widening is exact.
+    h = x.to(dst)
+    _assert_same_bits(h.to(N).to(torch.float32), h.to(torch.float32))
+
+
+def test_cast_layouts():
+    x = _special_f32(2 * 333 * 301, seed=3).view(2, 333, 301)
+    xd = x.to(N)
+    for dst in (torch.bfloat16, torch.float16, torch.float64, torch.int32):
+        for view in (lambda t: t, lambda t: t[:, :, ::2], lambda t: t.transpose(1, 2), lambda t: t[1:, 7:300],
+                     lambda t: t.flip(-1), lambda t: t[:, :1, :].expand(2, 333, 301),
+                     lambda t: t[:, :, :1].expand(2, 333, 301), lambda t: t[:, :0]):
+            src_cpu = view(x)
+            if dst == torch.int32:
+                src_cpu = src_cpu.nan_to_num(0.0, 0.0, 0.0).clamp(-1e9, 1e9)
+                src_dev = view(xd).nan_to_num(0.0, 0.0, 0.0).clamp(-1e9, 1e9)
+            else:
+                src_dev = view(xd)
+            want = src_cpu.to(dst)
+            _assert_same_bits(src_dev.to(dst), want) if dst != torch.float64 else \
+                torch.testing.assert_close(src_dev.to(dst).cpu(), want, equal_nan=True, atol=0, rtol=0)
+            out = torch.empty_strided(want.shape, tuple(reversed(want.stride())) if want.dim() == 2 else want.stride(),
+                                      dtype=dst, device=N)
+            out.copy_(src_dev)
+            torch.testing.assert_close(out.cpu(), want, equal_nan=True, atol=0, rtol=0)
+    # Narrow -> wide and same dtype, strided and threaded.
+    b = x.to(torch.bfloat16)
+    bd = b.to(N)
+    for view in (lambda t: t, lambda t: t[:, ::3], lambda t: t.transpose(0, 2)):
+        _assert_same_bits(view(bd).to(torch.float32), view(b).to(torch.float32))
+        _assert_same_bits(view(bd).clone(), view(b).clone())
+        _assert_same_bits(view(bd).contiguous(), view(b).contiguous())
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 31, 512, 513, 4099])
+def test_silu_range(n):
+    # The reciprocal-based division against CPU over the whole float range, including where e^-x
+    # overflows (x < -88.7) or underflows, and non-finite inputs, at every tail length.
+    g = torch.Generator().manual_seed(n)
+    x = (torch.rand(n, generator=g, dtype=torch.float64) * 240 - 120).float()
+    edge = torch.tensor([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, 1e-38, -1e-38, -88.7, -88.8,
+                         -87.3, -103.9, -104.5, 88.7, 89.5, 1e-7, -1e-7, 3.0, -3.0, 1e30, -1e30])
+    x[: min(n, len(edge))] = edge[: min(n, len(edge))]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        check(F.silu, x.to(dtype))
+    check(F.silu, x.view(1, n).expand(3, n))
+    check(lambda t: F.silu(t.clone(), inplace=True), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64,
+                                   torch.int32, torch.bool])
+def test_broadcast_column(dtype):
+    # An operand broadcast along the innermost dim (stride 0), converted once per row and replicated:
+    # rows shorter and longer than one block, mixed dtypes, bool masks and conditions.
+    for cols in (1, 7, 513, 1100):
+        a = make((37, cols), dtype, seed=1)
+        col = make((37, 1), dtype, seed=2)
+        check(torch.mul, a, col)
+        check(torch.add, col, a)
+        check(torch.mul, a, col.float())
+        check(torch.where, make((37, 1), torch.bool, seed=3), a, col)
+        if dtype != torch.bool:
+            check(lambda t, m: t.masked_fill(m, 3), a, make((37, 1), torch.bool, seed=4))
+            check(torch.maximum, a.t(), col.t())

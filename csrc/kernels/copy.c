@@ -11,7 +11,7 @@
  *     Out-of-range and NaN inputs give the x86 result too (see nk_f32_to_i32).
  *   - integer -> integer wraps (two's complement).
  */
-#include "kernels_internal.h"
+#include "elementwise_internal.h"
 
 /* ---- per-element conversions ---- */
 
@@ -329,6 +329,76 @@ static void nk_copy_transposed(nk_iter *it, nk_cast_fn cast) {
 
 /* ---- public kernels ---- */
 
+/* The contiguous float <-> bfloat16/half conversions of the element-wise table (SIMD, per ISA, same
+ * rounding as the generic loops), or NULL for another pair. */
+typedef void (*nk_cvt_fn)(void *dst, const void *src, int64_t n);
+static nk_cvt_fn nk_copy_simd_cvt(nk_dtype dst, nk_dtype src) {
+    const nk_ew_f32_table *t = nk_ew_f32_select();
+    if (dst == NK_BF16 && src == NK_F32) return (nk_cvt_fn)(void (*)(void))t->to_bf16;
+    if (dst == NK_F32 && src == NK_BF16) return (nk_cvt_fn)(void (*)(void))t->from_bf16;
+    if (dst == NK_F16 && src == NK_F32) return (nk_cvt_fn)(void (*)(void))t->to_f16;
+    if (dst == NK_F32 && src == NK_F16) return (nk_cvt_fn)(void (*)(void))t->from_f16;
+    return NULL;
+}
+
+typedef struct nk_copy_ctx {
+    const nk_iter *it;
+    nk_cast_fn cast;
+    nk_cvt_fn cvt; /* for unit-stride rows, when the pair has one */
+    nk_dtype dtype;
+    bool same;     /* same dtype: memcpy for unit-stride rows */
+} nk_copy_ctx;
+
+static void nk_copy_row(const nk_copy_ctx *c, char *d, int64_t ds, const char *s, int64_t ss, int64_t n) {
+    if (ss == 0 && n > 1) {
+        /* Broadcast row: convert once, then replicate. */
+        nk_elem value;
+        void *vp = nk_elem_ptr(&value, c->dtype);
+        c->cast(vp, 1, s, 1, 1);
+        nk_fill_row(d, ds, vp, nk_dtype_size(c->dtype), n);
+    } else if (ds == 1 && ss == 1 && c->same) {
+        memmove(d, s, (size_t)n * nk_dtype_size(c->dtype));
+    } else if (ds == 1 && ss == 1 && c->cvt) {
+        c->cvt(d, s, n);
+    } else {
+        c->cast(d, ds, s, ss, n);
+    }
+}
+
+/* Elements [begin, end) of the flattened iteration space (rows of the innermost dim, row-major over
+ * the outer dims): each thread walks its own range. */
+static void nk_copy_range(void *ctx, int64_t begin, int64_t end) {
+    const nk_copy_ctx *c = (const nk_copy_ctx *)ctx;
+    const nk_iter *it = c->it;
+    const int32_t nd = it->ndim;
+    const int64_t inner = it->sizes[nd - 1];
+    int64_t row = begin / inner, col = begin % inner;
+    int64_t idx[NK_MAX_DIMS];
+    int64_t off0 = 0, off1 = 0;
+    for (int32_t d = nd - 2; d >= 0; d--) {
+        idx[d] = row % it->sizes[d];
+        row /= it->sizes[d];
+        off0 += idx[d] * it->strides[0][d];
+        off1 += idx[d] * it->strides[1][d];
+    }
+    const int64_t ds = it->strides[0][nd - 1], ss = it->strides[1][nd - 1];
+    for (int64_t pos = begin; pos < end;) {
+        const int64_t n = inner - col < end - pos ? inner - col : end - pos;
+        nk_copy_row(c, it->base[0] + (off0 + col * ds) * it->elsize[0], ds,
+                    it->base[1] + (off1 + col * ss) * it->elsize[1], ss, n);
+        pos += n;
+        col = 0;
+        for (int32_t d = nd - 2; d >= 0; d--) {
+            off0 += it->strides[0][d];
+            off1 += it->strides[1][d];
+            if (++idx[d] < it->sizes[d]) break;
+            off0 -= it->strides[0][d] * it->sizes[d];
+            off1 -= it->strides[1][d] * it->sizes[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 nk_status nk_copy(const nk_tensor *dst, const nk_tensor *src) {
     int64_t n = 0, src_n = 0;
     if (nk_tensor_check(dst, &n) != NK_SUCCESS || nk_tensor_check(src, &src_n) != NK_SUCCESS)
@@ -336,7 +406,6 @@ nk_status nk_copy(const nk_tensor *dst, const nk_tensor *src) {
     if (!nk_same_shape(dst, src)) return NK_INVALID;
     if (n == 0) return NK_SUCCESS;
 
-    const size_t dsize = nk_dtype_size(dst->dtype);
     if (dst->dtype == src->dtype && dst->data == src->data &&
         memcmp(dst->strides, src->strides, (size_t)dst->ndim * sizeof dst->strides[0]) == 0)
         return NK_SUCCESS; /* copy onto itself */
@@ -344,34 +413,19 @@ nk_status nk_copy(const nk_tensor *dst, const nk_tensor *src) {
     const nk_tensor *const ops[2] = {dst, src};
     nk_iter it;
     nk_iter_init(&it, 2, ops, true);
-    const int64_t inner = nk_iter_inner_size(&it);
     const int64_t ds = nk_iter_inner_stride(&it, 0);
     const int64_t ss = nk_iter_inner_stride(&it, 1);
-
-    if (dst->dtype == src->dtype && it.ndim == 1 && ds == 1 && ss == 1) {
-        memcpy(it.base[0], it.base[1], (size_t)n * dsize);
-        return NK_SUCCESS;
-    }
 
     const nk_cast_fn cast = nk_cast_get(dst->dtype, src->dtype);
     if (it.ndim >= 2 && ds == 1 && ss != 0 && ss != 1 && it.strides[1][it.ndim - 2] == 1) {
         nk_copy_transposed(&it, cast);
         return NK_SUCCESS;
     }
-    for (int64_t r = 0; r < it.rows; r++) {
-        char *d = nk_iter_ptr(&it, 0);
-        const char *s = nk_iter_ptr(&it, 1);
-        if (ss == 0 && inner > 1) {
-            /* Broadcast row: convert once, then replicate. */
-            nk_elem value;
-            void *vp = nk_elem_ptr(&value, dst->dtype);
-            cast(vp, 1, s, 1, 1);
-            nk_fill_row(d, ds, vp, dsize, inner);
-        } else {
-            cast(d, ds, s, ss, inner);
-        }
-        nk_iter_next_row(&it);
-    }
+    nk_copy_ctx c = {.it = &it, .cast = cast, .cvt = nk_copy_simd_cvt(dst->dtype, src->dtype),
+                     .dtype = dst->dtype, .same = dst->dtype == src->dtype};
+    /* Split like PyTorch's copy (32K-element grain): a large copy is bandwidth that one core alone
+     * does not reach. Ranges are disjoint parts of dst, so threads never write the same element. */
+    nk_parallel_for(n, 32768, nk_copy_range, &c);
     return NK_SUCCESS;
 }
 

@@ -24,7 +24,7 @@ const nk_ew_f32_table *nk_ew_f32_select(void) {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        t = &nk_ew_f32_avx512;
+        t = __builtin_cpu_supports("avx512bf16") ? &nk_ew_f32_avx512bf16 : &nk_ew_f32_avx512;
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         t = &nk_ew_f32_avx2;
 #endif
@@ -387,7 +387,7 @@ static void nk_ew_to_cdt(const nk_ew_ctx *c, void *dst, nk_dtype dt, const char 
 }
 
 /* Input k (1-based operand index) of a block as a contiguous compute-typed (or bool) array. */
-static const void *nk_ew_load(const nk_ew_ctx *c, int k, const char *p, int64_t sb, int64_t m, void *buf, void *tmp) {
+static const void *nk_ew_load_strided(const nk_ew_ctx *c, int k, const char *p, int64_t sb, int64_t m, void *buf, void *tmp) {
     const nk_dtype dt = c->it->dtype[k];
     const int64_t se = sb / (int64_t)nk_dtype_size(dt);
     if (c->tr.bool_in & (1u << (k - 1))) {
@@ -403,6 +403,32 @@ static const void *nk_ew_load(const nk_ew_ctx *c, int k, const char *p, int64_t 
     /* Another dtype (e.g. a CPU scalar): to the common dtype first, as PyTorch converts inputs. */
     nk_cast_get(c->common, dt)(tmp, 1, p, se, m);
     nk_ew_to_cdt(c, buf, c->common, tmp, 1, m);
+    return buf;
+}
+
+/* buf[1..m) = buf[0], for an element of `size` bytes; typed loops so they vectorise. */
+static void nk_ew_splat(void *buf, size_t size, int64_t m) {
+    if (size == 8) {
+        int64_t *b = (int64_t *)buf;
+        for (int64_t i = 1; i < m; i++) b[i] = b[0];
+    } else if (size == 4) {
+        float *b = (float *)buf;
+        for (int64_t i = 1; i < m; i++) b[i] = b[0];
+    } else {
+        uint8_t *b = (uint8_t *)buf;
+        memset(b + 1, b[0], (size_t)(m - 1));
+    }
+}
+
+/* A broadcast operand (stride 0) is converted once and replicated: the strided conversion loop costs
+ * several times the op itself (e.g. h * rsqrt(var) with var of shape [rows, 1]). */
+static const void *nk_ew_load(const nk_ew_ctx *c, int k, const char *p, int64_t sb, int64_t m, void *buf, void *tmp) {
+    if (sb != 0 || m <= 1) return nk_ew_load_strided(c, k, p, sb, m, buf, tmp);
+    const void *one = nk_ew_load_strided(c, k, p, 0, 1, buf, tmp);
+    const bool as_bool = (c->tr.bool_in & (1u << (k - 1))) != 0;
+    const size_t size = as_bool ? 1 : nk_dtype_size(c->cdt);
+    if (one != buf) memcpy(buf, one, size);
+    nk_ew_splat(buf, size, m);
     return buf;
 }
 

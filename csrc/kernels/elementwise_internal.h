@@ -46,6 +46,8 @@ extern const nk_ew_f32_table nk_ew_f32_generic;
 #define NK_EW_HAVE_X86 1
 extern const nk_ew_f32_table nk_ew_f32_avx2;
 extern const nk_ew_f32_table nk_ew_f32_avx512;
+/* nk_ew_f32_avx512 with vcvtneps2bf16 for the bfloat16 rounding (CPUs with AVX512_BF16). */
+extern const nk_ew_f32_table nk_ew_f32_avx512bf16;
 #endif
 
 /* The table for this machine (runtime dispatch, chosen once). */
