@@ -7,7 +7,8 @@
  *    the large operand is read once straight from memory, columns split across threads. This is the
  *    decode path of a language model, bound by memory bandwidth.
  *  - packed, in the BLIS manner, for everything else (see the comment above gemm_packed_task);
- *    bf16 runs on AMX tiles where the CPU has them (gemm_amx.c).
+ *    bf16 runs on AMX tiles where the CPU has them (gemm_amx.c), else on AVX512-BF16 dot instructions
+ *    (gemm_avx512bf16.c, also on the skinny path), else through the fp32 micro-kernels.
  */
 #include "gemm_internal.h"
 
@@ -18,6 +19,17 @@
 /* ---- ISA selection -------------------------------------------------------------------------------- */
 
 static const nk_gemm_isa *g_isa;
+
+/* How bf16 products run: converted to fp32 for the fp32 micro-kernels, on vdpbf16ps, or on AMX tiles. */
+typedef enum bf16_kind { BF16_VIA_F32 = 1, BF16_DP, BF16_AMX } bf16_kind;
+static int g_bf16; /* 0: not chosen yet */
+
+static bf16_kind bf16_detect(const nk_gemm_isa *isa) {
+    if (isa != &nk_gemm_isa_avx512) return BF16_VIA_F32;
+    if (nk_gemm_amx_available()) return BF16_AMX;
+    if (nk_gemm_dpbf16_available()) return BF16_DP;
+    return BF16_VIA_F32;
+}
 
 static const nk_gemm_isa *isa_detect(void) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -35,23 +47,36 @@ static const nk_gemm_isa *isa_get(void) {
     const nk_gemm_isa *isa = __atomic_load_n(&g_isa, __ATOMIC_ACQUIRE);
     if (isa == NULL) {
         isa = isa_detect();
+        __atomic_store_n(&g_bf16, (int)bf16_detect(isa), __ATOMIC_RELAXED);
         __atomic_store_n(&g_isa, isa, __ATOMIC_RELEASE);
     }
     return isa;
+}
+
+static bf16_kind bf16_get(void) {
+    (void)isa_get();
+    return (bf16_kind)__atomic_load_n(&g_bf16, __ATOMIC_RELAXED);
 }
 
 const char *nk_gemm_isa_name(void) {
     return isa_get()->name;
 }
 
-/* Test hook: forces an ISA by name ("avx512", "avx2", "generic"); false if this CPU lacks it. */
+/* Test hook: forces an ISA by name (see gemm_internal.h); false if this CPU lacks it. */
 bool nk_gemm_isa_force(const char *name) {
     const nk_gemm_isa *best = isa_detect();
     const nk_gemm_isa *want = NULL;
+    bf16_kind bf16 = BF16_VIA_F32;
+    const bool avx512 = best == &nk_gemm_isa_avx512;
     if (strcmp(name, "generic") == 0) want = &nk_gemm_isa_generic;
     else if (strcmp(name, "avx2") == 0 && best != &nk_gemm_isa_generic) want = &nk_gemm_isa_avx2;
-    else if (strcmp(name, "avx512") == 0 && best == &nk_gemm_isa_avx512) want = &nk_gemm_isa_avx512;
+    else if (strcmp(name, "avx512") == 0 && avx512) want = &nk_gemm_isa_avx512;
+    else if (strcmp(name, "avx512bf16") == 0 && avx512 && nk_gemm_dpbf16_available())
+        want = &nk_gemm_isa_avx512, bf16 = BF16_DP;
+    else if (strcmp(name, "amx") == 0 && avx512 && nk_gemm_amx_available())
+        want = &nk_gemm_isa_avx512, bf16 = BF16_AMX;
     if (want == NULL) return false;
+    __atomic_store_n(&g_bf16, (int)bf16, __ATOMIC_RELAXED);
     __atomic_store_n(&g_isa, want, __ATOMIC_RELEASE);
     return true;
 }
@@ -95,7 +120,7 @@ typedef struct gemm_problem {
     double alpha, beta;
     const nk_gemm_isa *isa;
     nk_gemm_blocking blk;
-    bool amx;               /* bf16 on AMX tiles */
+    bf16_kind bf16;         /* how bf16 runs (dt == NK_BF16 only) */
     int64_t mparts, nparts; /* tasks per batch entry: an mparts x nparts grid */
     atomic_int failed;      /* a scratch allocation failed */
 } gemm_problem;
@@ -340,9 +365,16 @@ static void gemm_packed_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
     }
 }
 
-/* The same task on AMX tiles (bf16): packing and tiles in gemm_amx.c, the fp32 accumulator here. */
-static void gemm_amx_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    const int64_t mt = m1 - m0, mp = (mt + 31) / 32 * 32;
+/* The same task on bf16 instructions (AMX tiles or vdpbf16ps): packing and kernels in their files, the
+ * fp32 accumulator here, rows padded to the kernel's tile (row_pad) and columns to 32. */
+typedef bool (*bf16_block_fn)(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                              const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+
+static void gemm_bf16_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const bool amx = p->bf16 == BF16_AMX;
+    const bf16_block_fn block = amx ? nk_gemm_amx_block : nk_gemm_dpbf16_block;
+    const int64_t row_pad = amx ? 32 : NK_GEMM_DPBF16_MR;
+    const int64_t mt = m1 - m0, mp = (mt + row_pad - 1) / row_pad * row_pad;
     int64_t nc = p->blk.nc;
     if (mp * nc > (1 << 20)) nc = ((1 << 20) / mp) / 32 * 32;
     if (nc < 32) nc = 32;
@@ -357,7 +389,7 @@ static void gemm_amx_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, i
     for (int64_t jc = n0; jc < n1; jc += nc) {
         const int64_t ncur = n1 - jc < nc ? n1 - jc : nc;
         const uint16_t *b = (const uint16_t *)p->b + bi * p->b_bs + jc * p->b_sn;
-        if (!nk_gemm_amx_block(mt, ncur, p->k, a, p->a_sm, p->a_sk, b, p->b_sk, p->b_sn, acc, ldacc)) {
+        if (!block(mt, ncur, p->k, a, p->a_sm, p->a_sk, b, p->b_sk, p->b_sn, acc, ldacc)) {
             atomic_store(&p->failed, 1);
             return;
         }
@@ -374,7 +406,7 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
         split_range(p->m, p->mparts, p->isa->mr, r / p->nparts, &m0, &m1);
         split_range(p->n, p->nparts, p->isa->nr, r % p->nparts, &n0, &n1);
         if (m0 >= m1 || n0 >= n1) continue;
-        if (p->amx) gemm_amx_task(p, bi, m0, m1, n0, n1);
+        if (p->dt == NK_BF16 && p->bf16 != BF16_VIA_F32) gemm_bf16_task(p, bi, m0, m1, n0, n1);
         else gemm_packed_task(p, bi, m0, m1, n0, n1);
     }
 }
@@ -386,6 +418,7 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
 typedef struct skinny_ctx {
     gemm_problem *p;
     const float *apacked; /* batch x m x k, fp32 */
+    const uint16_t *abf16; /* instead, batch x m x k bf16 for the vdpbf16ps dot products */
     int64_t chunks;       /* column chunks per batch entry */
     int64_t chunk;        /* columns per chunk */
 } skinny_ctx;
@@ -398,11 +431,14 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
         const int64_t bi = t / ctx->chunks;
         const int64_t j0 = (t % ctx->chunks) * ctx->chunk;
         const int64_t j1 = j0 + ctx->chunk < p->n ? j0 + ctx->chunk : p->n;
-        const float *a = ctx->apacked + bi * p->m * p->k;
+        const float *a = ctx->apacked ? ctx->apacked + bi * p->m * p->k : NULL;
         for (int64_t j = j0; j < j1; j += SKINNY_COLS) {
             const int64_t nn = j1 - j < SKINNY_COLS ? j1 - j : SKINNY_COLS;
             const char *b = p->b + (bi * p->b_bs + j * p->b_sn) * p->es;
-            if (p->b_sk == 1)
+            if (ctx->abf16 != NULL)
+                nk_gemm_dpbf16_skinny_kcontig(p->m, nn, p->k, ctx->abf16 + bi * p->m * p->k, p->k,
+                                              (const uint16_t *)b, p->b_sn, tile, SKINNY_COLS);
+            else if (p->b_sk == 1)
                 p->isa->skinny_kcontig(p->m, nn, p->k, a, p->k, b, p->dt, p->b_sn, tile, SKINNY_COLS);
             else
                 p->isa->skinny_ncontig(p->m, nn, p->k, a, p->k, b, p->dt, p->b_sk, tile, SKINNY_COLS);
@@ -414,14 +450,32 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
 static nk_status gemm_skinny(gemm_problem *p) {
     float *ap = scratch_get(&t_pack_a, (size_t)(p->batch * p->m * p->k) + 16);
     if (ap == NULL) return NK_UNSUPPORTED;
-    for (int64_t bi = 0; bi < p->batch; bi++) {
-        const char *a = p->a + bi * p->a_bs * p->es;
-        float *d = ap + bi * p->m * p->k;
-        for (int64_t i = 0; i < p->m; i++)
-            for (int64_t k = 0; k < p->k; k++) d[i * p->k + k] = load_f32(a + (i * p->a_sm + k * p->a_sk) * p->es, p->dt);
+    skinny_ctx ctx = {.p = p};
+    /* bf16 against a k-contiguous weight: A stays bf16 for the dot instructions (AMX CPUs have them too). */
+    const bool dp = p->dt == NK_BF16 && p->b_sk == 1 &&
+                    (p->bf16 == BF16_DP || (p->bf16 == BF16_AMX && nk_gemm_dpbf16_available()));
+    if (dp) {
+        uint16_t *d = (uint16_t *)ap;
+        for (int64_t bi = 0; bi < p->batch; bi++) {
+            const uint16_t *a = (const uint16_t *)p->a + bi * p->a_bs;
+            for (int64_t i = 0; i < p->m; i++, d += p->k) {
+                if (p->a_sk == 1) memcpy(d, a + i * p->a_sm, (size_t)p->k * 2);
+                else
+                    for (int64_t k = 0; k < p->k; k++) d[k] = a[i * p->a_sm + k * p->a_sk];
+            }
+        }
+        ctx.abf16 = (const uint16_t *)ap;
+    } else {
+        for (int64_t bi = 0; bi < p->batch; bi++) {
+            const char *a = p->a + bi * p->a_bs * p->es;
+            float *d = ap + bi * p->m * p->k;
+            for (int64_t i = 0; i < p->m; i++)
+                for (int64_t k = 0; k < p->k; k++)
+                    d[i * p->k + k] = load_f32(a + (i * p->a_sm + k * p->a_sk) * p->es, p->dt);
+        }
+        ctx.apacked = ap;
     }
     const int threads = nk_threads_get();
-    skinny_ctx ctx = {.p = p, .apacked = ap};
     /* About 4 chunks per thread over all batch entries, multiples of 16 columns, at least 64. */
     const int64_t want = (int64_t)threads * 4;
     const int64_t per_batch = (want + p->batch - 1) / p->batch;
@@ -531,6 +585,7 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
         return NK_SUCCESS;
     }
     p.isa = isa_get();
+    p.bf16 = bf16_get();
     p.blk = blocking_of(p.isa);
 
     /* out^T = b^T a^T: a short n becomes a short m, so matrix-vector products stream too. */
@@ -547,7 +602,6 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     }
     if (p.m <= NK_GEMM_SKINNY_M && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
 
-    p.amx = dt == NK_BF16 && p.isa == &nk_gemm_isa_avx512 && nk_gemm_amx_available();
     const int threads = nk_threads_get();
     const int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;
     /* Split the longer side so every task keeps a wide panel. */

@@ -1,6 +1,7 @@
 /*
  * gemm_internal.h - what the GEMM driver (gemm.c) needs from its per-ISA micro-kernel files
- * (gemm_avx512.c, gemm_amx.c, gemm_avx2.c, gemm_generic.c). Not part of the public contract.
+ * (gemm_avx512.c, gemm_avx512bf16.c, gemm_amx.c, gemm_avx2.c, gemm_generic.c). Not part of the public
+ * contract.
  */
 #ifndef NEURON_GEMM_INTERNAL_H
 #define NEURON_GEMM_INTERNAL_H
@@ -70,12 +71,28 @@ bool nk_gemm_amx_available(void);
 bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
                        const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
 
+/*
+ * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has
+ * AVX-512 F/BW/VL/DQ and BF16.
+ * block: as nk_gemm_amx_block, but acc must hold m rounded up to 12 rows (the register tile) and n rounded
+ * up to 32 (ldacc >= that); the padding is written too.
+ * skinny_kcontig: c[i*ldc + j] = sum_k a[i*lda + k] * b[k + j*ldb] for i < m <= NK_GEMM_SKINNY_M, j < n,
+ * a and b bf16, c fp32.
+ */
+bool nk_gemm_dpbf16_available(void);
+bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
+                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                                   const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+#define NK_GEMM_DPBF16_MR 12
+
 /* Epilogue of one unit-stride output row on AVX-512: out[j] = alpha * acc[j] (+ beta * self[j * ss] when
  * self is not NULL; ss is 0 or 1), rounded once to dt (F32, BF16, F16). */
 void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
                               float alpha, float beta);
 
-/* Test hook: use the named micro-kernel family ("avx512", "avx2", "generic"); false if the CPU lacks it. */
+/* Test hook: use the named micro-kernel family; false if the CPU lacks it. "avx512" runs bf16 through its
+ * fp32 kernels, "avx512bf16" on the dot instructions, "amx" on AMX tiles; "avx2", "generic". */
 bool nk_gemm_isa_force(const char *name);
 
 #endif /* NEURON_GEMM_INTERNAL_H */

@@ -2,7 +2,8 @@
  * test_gemm.c - nk_gemm against a double-precision triple loop: every micro-kernel family the CPU
  * has, every dtype, odd sizes on both paths (skinny and packed), transposed / strided / batched
  * operands, alpha/beta with in-place and broadcast self, K = 0, empty outputs, NaN in an output that
- * beta = 0 must not read, and bad descriptors.
+ * beta = 0 must not read, and bad descriptors. bf16 also on shapes around the blocking of the
+ * vdpbf16ps kernels (12 x 32 tile, 256-deep blocks, 144-row blocks, k pairs with an odd k).
  */
 #include "gemm_internal.h"
 #include "neuron_kernels.h"
@@ -190,6 +191,12 @@ static const int64_t SIZES[][3] = {
     {129, 129, 63}, {200, 5, 70}, {1, 300, 517}, {8, 70, 33},   {13, 40, 300}, {45, 100, 300},
 };
 
+/* bf16 only: edges of the pair-packed kernels (m, n, k around 12, 32, 256, 144; odd k; skinny rows 9..16). */
+static const int64_t SIZES_BF16[][3] = {
+    {150, 70, 257}, {24, 64, 512}, {37, 45, 513}, {11, 300, 65}, {16, 7, 1001}, {9, 100, 95},
+    {145, 33, 31},  {5, 1, 77},    {1, 33, 2},    {14, 41, 64},  {300, 20, 33}, {40, 290, 3},
+};
+
 static void run_isa(const char *isa) {
     const nk_dtype dts[] = {NK_F32, NK_BF16, NK_F16, NK_F64};
     const layout lays[] = {ROW, COL, STRIDED};
@@ -209,6 +216,20 @@ static void run_isa(const char *isa) {
                     }
                     run_case(&gc, isa);
                 }
+    for (size_t si = 0; si < sizeof SIZES_BF16 / sizeof SIZES_BF16[0]; si++)
+        for (size_t la = 0; la < 3; la++)
+            for (size_t lb = 0; lb < 3; lb++) {
+                gcase gc = {.dt = NK_BF16, .batch = 1, .m = SIZES_BF16[si][0], .n = SIZES_BF16[si][1],
+                            .k = SIZES_BF16[si][2], .la = lays[la], .lb = lays[lb], .lc = lays[(la + 2 * lb + si) % 3],
+                            .alpha = 1.0, .beta = 0.0};
+                switch ((si + la + lb) % 4) {
+                case 1: gc.alpha = 0.5, gc.nan_out = true; break;
+                case 2: gc.alpha = 1.5, gc.beta = 1.0, gc.self_mode = 2; break;
+                case 3: gc.alpha = -2.0, gc.beta = 0.5, gc.self_mode = 1; break;
+                default: break;
+                }
+                run_case(&gc, isa);
+            }
     /* Batched, b broadcast over the batch, transposed operands. */
     for (size_t d = 0; d < 4; d++)
         for (int64_t bmul = 0; bmul <= 1; bmul++) {
@@ -261,10 +282,10 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    const char *isas[] = {"avx512", "avx2", "generic"};
+    const char *isas[] = {"amx", "avx512bf16", "avx512", "avx2", "generic"};
     for (int threads = 1; threads <= 2; threads++) {
         nk_threads_set(threads);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 5; i++) {
             if (!nk_gemm_isa_force(isas[i])) {
                 printf("isa %s: not available on this CPU, skipped\n", isas[i]);
                 continue;
@@ -273,8 +294,9 @@ int main(void) {
         }
     }
     test_errors();
-    printf("fma peak: %.1f GFLOP/s on %d threads (%s); AMX bf16: %s\n", nk_fma_peak_gflops(), nk_threads_get(),
-           nk_gemm_isa_name(), nk_gemm_amx_available() ? "used" : "not available");
+    printf("fma peak: %.1f GFLOP/s on %d threads (%s); AMX bf16: %s; AVX512-BF16: %s\n", nk_fma_peak_gflops(),
+           nk_threads_get(), nk_gemm_isa_name(), nk_gemm_amx_available() ? "yes" : "no",
+           nk_gemm_dpbf16_available() ? "yes" : "no");
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
