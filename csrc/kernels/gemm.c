@@ -376,7 +376,14 @@ static void gemm_bf16_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, 
     const int64_t row_pad = amx ? 32 : NK_GEMM_DPBF16_MR;
     const int64_t mt = m1 - m0, mp = (mt + row_pad - 1) / row_pad * row_pad;
     int64_t nc = p->blk.nc;
-    if (mp * nc > (1 << 20)) nc = ((1 << 20) / mp) / 32 * 32;
+    if (amx) {
+        if (mp * nc > (1 << 20)) nc = ((1 << 20) / mp) / 32 * 32;
+    } else if (mp * nc > (1 << 17)) {
+        /* The dot-instruction kernels read and write the accumulator once per 512-deep block and the
+         * epilogue reads it again: keep it in L2 (512 KiB) unless that re-packs A too often (nc < 256). */
+        nc = ((1 << 17) / mp) / 32 * 32;
+        if (nc < 256) nc = 256;
+    }
     if (nc < 32) nc = 32;
     const int64_t nc_eff = (n1 - n0) < nc ? (n1 - n0) : nc;
     const int64_t ldacc = (nc_eff + 31) / 32 * 32;
@@ -418,7 +425,8 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
 typedef struct skinny_ctx {
     gemm_problem *p;
     const float *apacked; /* batch x m x k, fp32 */
-    const uint16_t *abf16; /* instead, batch x m x k bf16 for the vdpbf16ps dot products */
+    const uint16_t *abf16; /* instead, batch x m rows of lda bf16 for the vdpbf16ps dot products */
+    int64_t lda;
     int64_t chunks;       /* column chunks per batch entry */
     int64_t chunk;        /* columns per chunk */
 } skinny_ctx;
@@ -436,7 +444,7 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
             const int64_t nn = j1 - j < SKINNY_COLS ? j1 - j : SKINNY_COLS;
             const char *b = p->b + (bi * p->b_bs + j * p->b_sn) * p->es;
             if (ctx->abf16 != NULL)
-                nk_gemm_dpbf16_skinny_kcontig(p->m, nn, p->k, ctx->abf16 + bi * p->m * p->k, p->k,
+                nk_gemm_dpbf16_skinny_kcontig(p->m, nn, p->k, ctx->abf16 + bi * p->m * ctx->lda, ctx->lda,
                                               (const uint16_t *)b, p->b_sn, tile, SKINNY_COLS);
             else if (p->b_sk == 1)
                 p->isa->skinny_kcontig(p->m, nn, p->k, a, p->k, b, p->dt, p->b_sn, tile, SKINNY_COLS);
@@ -448,17 +456,21 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
 }
 
 static nk_status gemm_skinny(gemm_problem *p) {
-    float *ap = scratch_get(&t_pack_a, (size_t)(p->batch * p->m * p->k) + 16);
-    if (ap == NULL) return NK_UNSUPPORTED;
-    skinny_ctx ctx = {.p = p};
     /* bf16 against a k-contiguous weight: A stays bf16 for the dot instructions (AMX CPUs have them too). */
     const bool dp = p->dt == NK_BF16 && p->b_sk == 1 &&
                     (p->bf16 == BF16_DP || (p->bf16 == BF16_AMX && nk_gemm_dpbf16_available()));
+    /* Rows of the bf16 A one cache line longer than a multiple of 32: the 8 rows a tile reads at the same
+     * k would otherwise share one L1 set whenever k is a multiple of 2048. */
+    const int64_t lda = dp ? (p->k + 31) / 32 * 32 + 32 : p->k;
+    const int64_t need = dp ? (p->batch * p->m * lda + 1) / 2 : p->batch * p->m * p->k;
+    float *ap = scratch_get(&t_pack_a, (size_t)need + 16);
+    if (ap == NULL) return NK_UNSUPPORTED;
+    skinny_ctx ctx = {.p = p, .lda = lda};
     if (dp) {
         uint16_t *d = (uint16_t *)ap;
         for (int64_t bi = 0; bi < p->batch; bi++) {
             const uint16_t *a = (const uint16_t *)p->a + bi * p->a_bs;
-            for (int64_t i = 0; i < p->m; i++, d += p->k) {
+            for (int64_t i = 0; i < p->m; i++, d += lda) {
                 if (p->a_sk == 1) memcpy(d, a + i * p->a_sm, (size_t)p->k * 2);
                 else
                     for (int64_t k = 0; k < p->k; k++) d[k] = a[i * p->a_sm + k * p->a_sk];

@@ -24,9 +24,10 @@
 
 #define MR 12
 #define NR 32
-/* Depth and rows of a packed block. kc: a B micro-panel (128 pairs x 32 words = 16 KiB) and the A
- * micro-panel streaming past it (6 KiB) share L1; mc: the 144 x 256 A block (72 KiB) stays in L2. */
-#define DP_KC 256
+/* Depth and rows of a packed block: the 144 x 512 A block (144 KiB) stays in L2, a B micro-panel (256
+ * pairs x 32 words = 32 KiB) in L1 or L2, which is enough: each 128 bytes of B feed 24 dot instructions.
+ * A deeper block than 256 measured a few percent faster (fewer passes over the accumulator). */
+#define DP_KC 512
 #define DP_MC 144
 
 bool nk_gemm_dpbf16_available(void) {
@@ -197,57 +198,65 @@ DP_TARGET static void pack_a_dp(uint32_t *dst, const uint16_t *a, int64_t sm, in
 }
 
 /*
- * B block (kcur x ncur at b, element (k, j) at b + k*sk + j*sn) into micro-panels of NR columns: panel p
- * at dst + p*NR*kq holds, for each pair q, the words (B[2q, j], B[2q + 1, j]) of its NR columns. Missing
- * columns and the odd k are zero.
+ * One B micro-panel: cols <= NR columns of kcur rows at b (element (k, j) at b + k*sk + j*sn) become, for
+ * each pair q, the words (B[2q, j], B[2q + 1, j]) of NR columns at d. Missing columns and the odd k are
+ * zero.
  */
-DP_TARGET static void pack_b_dp(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur,
-                                int64_t ncur) {
+DP_TARGET static void pack_b_panel(uint32_t *d, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur,
+                                   int64_t cols) {
     const int64_t kq = (kcur + 1) / 2;
-    for (int64_t p0 = 0; p0 < ncur; p0 += NR) {
-        const int64_t cols = ncur - p0 < NR ? ncur - p0 : NR;
-        uint32_t *d = dst + p0 * kq;
-        if (sk == 1) {
-            /* Column j's pairs are consecutive words (a linear layer's weight row). */
-            for (int half = 0; half < NR / 16; half++) {
-                const int64_t hc = cols - 16 * half;
-                for (int64_t k0 = 0; k0 < kcur; k0 += 32) {
-                    const __mmask32 m = mask32(kcur - k0);
-                    __m512i r[16];
-                    for (int j = 0; j < 16; j++) {
-                        const uint16_t *src = b + (p0 + 16 * half + j) * sn + k0;
-                        if (j < hc) {
-                            /* 32 strided streams are more than the hardware prefetcher follows. */
-                            _mm_prefetch((const char *)(src + 128), _MM_HINT_T0);
-                            r[j] = _mm512_maskz_loadu_epi16(m, src);
-                        } else {
-                            r[j] = _mm512_setzero_si512();
-                        }
-                    }
-                    transpose16_words(r);
-                    const int64_t nq = kq - k0 / 2 < 16 ? kq - k0 / 2 : 16;
-                    for (int64_t q = 0; q < nq; q++) _mm512_store_si512((void *)(d + (k0 / 2 + q) * NR + 16 * half), r[q]);
-                }
+    if (sk == 1) {
+        /* Column j's pairs are consecutive words (a linear layer's weight row). */
+        for (int half = 0; half < NR / 16; half++) {
+            const int64_t hc = cols - 16 * half;
+            for (int64_t k0 = 0; k0 < kcur; k0 += 32) {
+                const __mmask32 m = mask32(kcur - k0);
+                __m512i r[16];
+                for (int j = 0; j < 16; j++)
+                    r[j] = j < hc ? _mm512_maskz_loadu_epi16(m, b + (16 * half + j) * sn + k0) : _mm512_setzero_si512();
+                transpose16_words(r);
+                const int64_t nq = kq - k0 / 2 < 16 ? kq - k0 / 2 : 16;
+                for (int64_t q = 0; q < nq; q++) _mm512_store_si512((void *)(d + (k0 / 2 + q) * NR + 16 * half), r[q]);
             }
-        } else if (sn == 1) {
-            /* Rows k and k + 1 interleave element by element. */
-            const __mmask32 cm = mask32(cols);
-            for (int64_t q = 0; q < kq; q++) {
+        }
+    } else if (sn == 1) {
+        /* Rows k and k + 1 interleave element by element. */
+        const __mmask32 cm = mask32(cols);
+        for (int64_t q = 0; q < kq; q++) {
+            const int64_t k = 2 * q;
+            const __m512i r0 = _mm512_maskz_loadu_epi16(cm, b + k * sk);
+            const __m512i r1 = k + 1 < kcur ? _mm512_maskz_loadu_epi16(cm, b + (k + 1) * sk) : _mm512_setzero_si512();
+            _mm512_store_si512((void *)(d + q * NR), interleave_lo(r0, r1));
+            _mm512_store_si512((void *)(d + q * NR + 16), interleave_hi(r0, r1));
+        }
+    } else {
+        for (int64_t q = 0; q < kq; q++)
+            for (int64_t j = 0; j < NR; j++) {
                 const int64_t k = 2 * q;
-                __builtin_prefetch(b + (k + 8) * sk + p0);
-                const __m512i r0 = _mm512_maskz_loadu_epi16(cm, b + k * sk + p0);
-                const __m512i r1 = k + 1 < kcur ? _mm512_maskz_loadu_epi16(cm, b + (k + 1) * sk + p0) : _mm512_setzero_si512();
-                _mm512_store_si512((void *)(d + q * NR), interleave_lo(r0, r1));
-                _mm512_store_si512((void *)(d + q * NR + 16), interleave_hi(r0, r1));
+                const uint16_t lo = j < cols ? b[k * sk + j * sn] : 0;
+                const uint16_t hi = j < cols && k + 1 < kcur ? b[(k + 1) * sk + j * sn] : 0;
+                d[q * NR + j] = pair_word(lo, hi);
             }
-        } else {
-            for (int64_t q = 0; q < kq; q++)
-                for (int64_t j = 0; j < NR; j++) {
-                    const int64_t k = 2 * q;
-                    const uint16_t lo = j < cols ? b[k * sk + (p0 + j) * sn] : 0;
-                    const uint16_t hi = j < cols && k + 1 < kcur ? b[(k + 1) * sk + (p0 + j) * sn] : 0;
-                    d[q * NR + j] = pair_word(lo, hi);
-                }
+    }
+}
+
+/*
+ * Prefetches part `part` of `parts` of the cache lines the next B micro-panel will be packed from. The
+ * packer would otherwise wait on memory with the dot unit idle (a large weight comes from DRAM once);
+ * spread over the micro-kernel calls before it, the loads overlap with the arithmetic.
+ */
+static inline void prefetch_b_panel(const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t cols,
+                                    int64_t part, int64_t parts) {
+    if (sk == 1) {
+        const int64_t per_col = (kcur + 31) / 32, total = per_col * cols;
+        const int64_t l1 = total * (part + 1) / parts;
+        for (int64_t l = total * part / parts; l < l1; l++)
+            __builtin_prefetch(b + (l / per_col) * sn + (l % per_col) * 32);
+    } else if (sn == 1) {
+        const int64_t l1 = kcur * (part + 1) / parts;
+        for (int64_t l = kcur * part / parts; l < l1; l++) {
+            __builtin_prefetch(b + l * sk);
+            __builtin_prefetch(b + l * sk + cols - 1);
         }
     }
 }
@@ -264,14 +273,23 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
     for (int64_t pc = 0; pc < k; pc += DP_KC) {
         const int64_t kcur = k - pc < DP_KC ? k - pc : DP_KC;
         const int64_t kq = (kcur + 1) / 2;
-        pack_b_dp(bp, b + pc * b_sk, b_sk, b_sn, kcur, n);
+        const uint16_t *bk = b + pc * b_sk;
         for (int64_t ic = 0; ic < m; ic += DP_MC) {
             const int64_t mcur = m - ic < DP_MC ? m - ic : DP_MC;
+            const int64_t parts = (mcur + MR - 1) / MR;
             pack_a_dp(ap, a + ic * a_sm + pc * a_sk, a_sm, a_sk, mcur, kcur);
             for (int64_t jr = 0; jr < np; jr += NR) {
-                const uint32_t *pb = bp + jr * kq;
-                for (int64_t ir = 0; ir < mcur; ir += MR)
+                uint32_t *pb = bp + jr * kq;
+                /* The first row block packs each B micro-panel right before it uses it, prefetching the
+                 * next one's source meanwhile; the other row blocks find the panels packed. */
+                const bool first = ic == 0, next = first && jr + NR < n;
+                if (first) pack_b_panel(pb, bk + jr * b_sn, b_sk, b_sn, kcur, n - jr < NR ? n - jr : NR);
+                const uint16_t *bnext = bk + (jr + NR) * b_sn;
+                const int64_t cnext = n - jr - NR < NR ? n - jr - NR : NR;
+                for (int64_t ir = 0; ir < mcur; ir += MR) {
+                    if (next) prefetch_b_panel(bnext, b_sk, b_sn, kcur, cnext, ir / MR, parts);
                     ukr_dp(kq, ap + ir * kq, pb, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
+                }
             }
         }
     }
@@ -292,7 +310,12 @@ DP_INLINE void dot_tile(int MB, int NB, int64_t k, const uint16_t *a, int64_t ld
     for (; k0 + 32 <= k; k0 += 32) {
         __m512bh w[8];
 #pragma GCC unroll 8
-        for (int jj = 0; jj < NB; jj++) w[jj] = as_bh(_mm512_loadu_si512((const void *)(b + jj * ldb + k0)));
+        for (int jj = 0; jj < NB; jj++) {
+            /* The weight rows are short streams (k * 2 bytes) that end before the hardware prefetcher
+             * ramps up: fetch those of the tile after next (past the end of b prefetches are harmless). */
+            _mm_prefetch((const char *)(b + (jj + 2 * NB) * ldb + k0), _MM_HINT_T1);
+            w[jj] = as_bh(_mm512_loadu_si512((const void *)(b + jj * ldb + k0)));
+        }
 #pragma GCC unroll 8
         for (int ii = 0; ii < MB; ii++) {
             const __m512bh x = as_bh(_mm512_loadu_si512((const void *)(a + ii * lda + k0)));
