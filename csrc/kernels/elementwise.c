@@ -6,8 +6,10 @@
  * Work is split over the flattened element range; each chunk walks rows of the fastest dim in blocks
  * of NK_EW_BLOCK elements. An operand already in the compute type and contiguous is used in place;
  * any other is converted into a block buffer first (strided, broadcast or another dtype), and the
- * result is converted back the same way. So the common contiguous float32 case never copies, and
- * bfloat16/float16 are widened once, computed in float and rounded once, as PyTorch's CPU kernels do.
+ * result is converted back the same way. So the common contiguous float32 case never copies (and such
+ * a row goes to the op in one call), and bfloat16/float16 are widened once, computed in float and
+ * rounded once, as PyTorch's CPU kernels do. For all-bfloat16 contiguous rows an ISA table may have a
+ * fused op that does the same widening and rounding in registers, with no buffers.
  */
 #include "elementwise_internal.h"
 
@@ -368,6 +370,8 @@ typedef struct nk_ew_ctx {
     nk_ew_trait tr;
     int nin_ops;       /* inputs present in the iterator */
     bool scalar_b;     /* binary op without operand b: b = args value */
+    bool direct;       /* every operand's dtype is the compute dtype (rows may be used in place) */
+    nk_ew_fn bf16_fn;  /* the fused bfloat16 op, when every operand is bfloat16 */
     atomic_int failed;
 } nk_ew_ctx;
 
@@ -457,6 +461,21 @@ static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int6
     const bool direct_out = sb[0] == osz && (c->tr.pred ? od == NK_BOOL : (od == c->cdt && od == c->common));
     const void *in[3] = {NULL, NULL, NULL};
     if (c->scalar_b) in[1] = B->in[1]; /* filled once per chunk */
+    /* Every operand usable in place (or, for a fused bfloat16 op, every operand contiguous bfloat16):
+     * the whole row in one call, without the per-block bookkeeping. */
+    if (c->direct || (c->bf16_fn && sb[0] == 2)) {
+        bool whole = true;
+        for (int k = 1; k <= c->nin_ops && whole; k++) {
+            const bool as_bool = (c->tr.bool_in & (1u << (k - 1))) != 0;
+            whole = sb[k] == (c->bf16_fn ? 2 : as_bool ? 1 : (int64_t)nk_dtype_size(c->cdt));
+            in[k - 1] = ptr[k];
+        }
+        if (whole && (c->bf16_fn || direct_out)) {
+            if ((c->bf16_fn ? c->bf16_fn : c->fn)(ptr[0], in, n, &c->args) != 0)
+                atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
+            return;
+        }
+    }
     for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
         const int64_t m = n - off < NK_EW_BLOCK ? n - off : NK_EW_BLOCK;
         for (int k = 1; k <= c->nin_ops; k++) {
@@ -576,6 +595,14 @@ static nk_status nk_ew_run(int op, const nk_ew_iter *it, const nk_ew_params *p, 
     c.f32 = nk_ew_f32_select();
     c.fn = c.cdt == NK_F32 ? c.f32->fn[op] : c.cdt == NK_F64 ? nk_ew_f64_fns[op] : nk_ew_i64_fns[op];
     if (c.fn == NULL) return NK_UNSUPPORTED;
+    c.direct = !c.scalar_b && c.common == c.cdt;
+    bool all_bf16 = !c.scalar_b && c.common == NK_BF16 && !c.tr.pred && it->dtype[0] == NK_BF16;
+    for (int k = 1; k < it->nops; k++) {
+        const bool bool_operand = (c.tr.bool_in & (1u << (k - 1))) != 0;
+        c.direct = c.direct && (bool_operand ? it->dtype[k] == NK_BOOL : it->dtype[k] == c.cdt);
+        all_bf16 = all_bf16 && !bool_operand && it->dtype[k] == NK_BF16;
+    }
+    c.bf16_fn = all_bf16 ? c.f32->bf16[op] : NULL;
     if (numel == 0) return NK_SUCCESS;
 
     nk_ew_params none;

@@ -89,28 +89,52 @@ NK_EW_DEF1(tanh, nk_vm_tanh(v))
 NK_EW_DEF1(sigmoid, nk_vm_sigmoid(v))
 #if defined(__AVX512F__)
 #include <immintrin.h>
+/* e^a for the silu denominator. The same reduction and polynomial as nk_vm_exp, but 2^n applied by
+ * vscalefps, which over/underflows (to inf, subnormals, 0) and propagates NaN by itself; the clamp
+ * only keeps the reduction sane for huge |a| (min/max return the second operand for NaN, so a NaN
+ * argument passes through). */
+static inline __m512 nk_ew_v_exp(__m512 a) {
+    a = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), a));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    const __m512 z = _mm512_mul_ps(r, r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, z, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
 /* x / (1 + e^-x) with the division as rcp14 + one Newton step: vdivps was the bottleneck of this
  * exp-bound loop. Error: rcp14 is within 2^-14, the step squares that, so about 1 ulp more than the
  * division (within PyTorch's float32 rtol). The denominator is >= 1, so the step only breaks down for
  * +inf (e^-x overflowed, x < -88.7): there 1/d is 0, as the division gives, and the result -0. */
+static inline __m512 nk_ew_v_silu(__m512 x) {
+    const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), nk_ew_v_exp(_mm512_sub_ps(_mm512_setzero_ps(), x)));
+    __m512 r = _mm512_rcp14_ps(d);
+    r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(1.0f)), r);
+    r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(d, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
+    return _mm512_mul_ps(x, r);
+}
+
+static inline __mmask16 nk_ew_tail_mask(int64_t left) {
+    return left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+}
+
 static int NK_EW_F(silu)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
-    float d[NK_EW_BLOCK];
-    const __m512 one = _mm512_set1_ps(1.0f), inf = _mm512_set1_ps(INFINITY);
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0];
     (void)A;
-    for (int64_t b = 0; b < n; b += NK_EW_BLOCK) {
-        float *o = (float *)o_ + b;
-        const float *x = (const float *)in[0] + b;
-        const int64_t nb = n - b < NK_EW_BLOCK ? n - b : NK_EW_BLOCK;
-        for (int64_t i = 0; i < nb; i++) d[i] = 1.0f + nk_vm_exp(-x[i]);
-        for (int64_t i = 0; i < nb; i += 16) {
-            const __mmask16 m = nb - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nb - i)) - 1u);
-            const __m512 dv = _mm512_maskz_loadu_ps(m, d + i);
-            const __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-            __m512 r = _mm512_rcp14_ps(dv);
-            r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(dv, r, one), r);
-            r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(dv, inf, _CMP_EQ_OQ), _mm512_setzero_ps());
-            _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(xv, r));
-        }
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, nk_ew_v_silu(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = nk_ew_tail_mask(n - i);
+        _mm512_mask_storeu_ps(o + i, m, nk_ew_v_silu(_mm512_maskz_loadu_ps(m, x + i)));
     }
     return 0;
 }
@@ -124,10 +148,7 @@ NK_EW_DEF1(relu, v != v ? v : (v > 0.0f ? v : 0.0f))
 /* sin/cos: the vector path covers |x| <= NK_VM_TRIG_MAX; a block with a larger (or non-finite)
  * value goes through libm element by element. Checked first, so in-place blocks still see x. */
 #define NK_EW_DEF_TRIG(name, vmfn, libfn)                                                          \
-    static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
-        float *o = (float *)o_;                                                                    \
-        const float *x = (const float *)in[0];                                                     \
-        (void)A;                                                                                   \
+    static void NK_EW_F(name##_block)(float *o, const float *x, int64_t n) {                      \
         int wide = 0;                                                                              \
         for (int64_t i = 0; i < n; i++) wide |= !(fabsf(x[i]) <= NK_VM_TRIG_MAX);                  \
         if (wide) {                                                                                \
@@ -138,6 +159,13 @@ NK_EW_DEF1(relu, v != v ? v : (v > 0.0f ? v : 0.0f))
         } else {                                                                                   \
             for (int64_t i = 0; i < n; i++) o[i] = vmfn(x[i]);                                     \
         }                                                                                          \
+    }                                                                                              \
+    /* Per block, so one wide value sends only its own block through libm. */                     \
+    static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
+        (void)A;                                                                                   \
+        for (int64_t b = 0; b < n; b += NK_EW_BLOCK)                                               \
+            NK_EW_F(name##_block)((float *)o_ + b, (const float *)in[0] + b,                       \
+                                  n - b < NK_EW_BLOCK ? n - b : NK_EW_BLOCK);                      \
         return 0;                                                                                  \
     }
 NK_EW_DEF_TRIG(sin, nk_vm_sin, sinf)
@@ -307,7 +335,7 @@ static void NK_EW_F(to_f16)(uint16_t *d, const float *s, int64_t n) {
 
 /* The table, with the float -> bfloat16 conversion as a parameter (an ISA file may define a second
  * table for a CPU with a native conversion instruction). */
-#define NK_EW_TABLE_INIT(isa_name, to_bf16_fn) { \
+#define NK_EW_TABLE_INIT(isa_name, to_bf16_fn, ...) { \
     .isa = isa_name, \
     .fn = { \
         [NK_EW_UNARY(NK_NEG)] = NK_EW_F(neg), \
@@ -359,6 +387,7 @@ static void NK_EW_F(to_f16)(uint16_t *d, const float *s, int64_t n) {
     .to_bf16 = to_bf16_fn, \
     .from_f16 = NK_EW_F(from_f16), \
     .to_f16 = NK_EW_F(to_f16), \
+    .bf16 = {__VA_ARGS__}, \
 }
 
-const nk_ew_f32_table NK_EW_TABLE = NK_EW_TABLE_INIT(NK_EW_ISA_NAME, NK_EW_F(to_bf16));
+const nk_ew_f32_table NK_EW_TABLE = NK_EW_TABLE_INIT(NK_EW_ISA_NAME, NK_EW_F(to_bf16), NULL);

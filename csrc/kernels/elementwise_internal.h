@@ -28,7 +28,8 @@ typedef int (*nk_ew_fn)(void *out, const void *const *in, int64_t n, const nk_ew
 #define NK_EW_TERNARY(op) ((int)NK_UNARY_COUNT + (int)NK_BINARY_COUNT + (int)(op))
 #define NK_EW_OP_COUNT ((int)NK_UNARY_COUNT + (int)NK_BINARY_COUNT + (int)NK_TERNARY_COUNT)
 
-/* Largest block of elements an op function is called with. */
+/* Elements per block when operands go through conversion buffers (op functions themselves take any n:
+ * rows whose operands are all usable in place are passed whole). */
 #define NK_EW_BLOCK 512
 
 typedef struct nk_ew_f32_table {
@@ -39,6 +40,9 @@ typedef struct nk_ew_f32_table {
     void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*from_f16)(float *dst, const uint16_t *src, int64_t n);
     void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
+    /* Optional: the op on contiguous bfloat16 operands straight to a contiguous bfloat16 result, any n,
+     * converting in registers (the blocked path's float buffers cost more than add or mul themselves). */
+    nk_ew_fn bf16[NK_EW_OP_COUNT];
 } nk_ew_f32_table;
 
 extern const nk_ew_f32_table nk_ew_f32_generic;

@@ -181,7 +181,8 @@ static nk_status nk_softmax_launch(nk_sm_job *j, nk_range_fn fn) {
     if (numel == 0) return NK_SUCCESS;
     j->len = t0->sizes[j->dim];
     const int64_t lines = numel / j->len;
-    int64_t grain = 16384 / j->len;
+    /* An exp per element: a line of a few hundred is already worth a thread hand-off. */
+    int64_t grain = 2048 / j->len;
     nk_parallel_for(lines, grain < 1 ? 1 : grain, fn, j);
     return NK_SUCCESS;
 }
