@@ -443,9 +443,12 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
         for (int64_t j = j0; j < j1; j += SKINNY_COLS) {
             const int64_t nn = j1 - j < SKINNY_COLS ? j1 - j : SKINNY_COLS;
             const char *b = p->b + (bi * p->b_bs + j * p->b_sn) * p->es;
-            if (ctx->abf16 != NULL)
+            if (ctx->abf16 != NULL && p->b_sk == 1)
                 nk_gemm_dpbf16_skinny_kcontig(p->m, nn, p->k, ctx->abf16 + bi * p->m * ctx->lda, ctx->lda,
                                               (const uint16_t *)b, p->b_sn, tile, SKINNY_COLS);
+            else if (ctx->abf16 != NULL)
+                nk_gemm_dpbf16_skinny_ncontig(p->m, nn, p->k, ctx->abf16 + bi * p->m * ctx->lda, ctx->lda,
+                                              (const uint16_t *)b, p->b_sk, tile, SKINNY_COLS);
             else if (p->b_sk == 1)
                 p->isa->skinny_kcontig(p->m, nn, p->k, a, p->k, b, p->dt, p->b_sn, tile, SKINNY_COLS);
             else
@@ -456,8 +459,8 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
 }
 
 static nk_status gemm_skinny(gemm_problem *p) {
-    /* bf16 against a k-contiguous weight: A stays bf16 for the dot instructions (AMX CPUs have them too). */
-    const bool dp = p->dt == NK_BF16 && p->b_sk == 1 &&
+    /* bf16: A stays bf16 for the dot instructions (AMX CPUs have them too). */
+    const bool dp = p->dt == NK_BF16 &&
                     (p->bf16 == BF16_DP || (p->bf16 == BF16_AMX && nk_gemm_dpbf16_available()));
     /* Rows of the bf16 A one cache line longer than a multiple of 32: the 8 rows a tile reads at the same
      * k would otherwise share one L1 set whenever k is a multiple of 2048. */
@@ -474,6 +477,8 @@ static nk_status gemm_skinny(gemm_problem *p) {
                 if (p->a_sk == 1) memcpy(d, a + i * p->a_sm, (size_t)p->k * 2);
                 else
                     for (int64_t k = 0; k < p->k; k++) d[k] = a[i * p->a_sm + k * p->a_sk];
+                /* The pair kernels read whole words: the odd k's partner must be a zero, not garbage. */
+                memset(d + p->k, 0, (size_t)(lda - p->k) * 2);
             }
         }
         ctx.abf16 = (const uint16_t *)ap;

@@ -8,8 +8,9 @@
  * the pair (k even, k odd) of one row/column, an odd k padded with a zero:
  *  - packed path: a 12 x 32 register tile; the A micro-panel is kq groups of 12 words (one word of each
  *    row per k pair, broadcast) and the B micro-panel kq groups of 32 words (one word of each column);
- *  - skinny path (k-contiguous B, a linear layer's weight read once): dot products along k, with the rows
- *    of A in bf16 and the weight rows consumed as they are stored, 32 k per instruction.
+ *  - skinny path (B read once, rows of A in bf16): for a k-contiguous B (a linear layer's weight) dot
+ *    products along k, 32 k per instruction straight from the weight rows; for an n-contiguous B axpy along
+ *    n, rows 2q and 2q + 1 paired on the fly.
  * Everything carries its own target attribute and runs only after nk_gemm_dpbf16_available().
  */
 #include "gemm_internal.h"
@@ -63,19 +64,20 @@ DP_INLINE __m512bh as_bh(__m512i v) {
 /* ---- packed path ---------------------------------------------------------------------------------- */
 
 /*
- * c (12 x 32 fp32, row stride ldc) = (accumulate ? c : 0) + pa . pb over kq pairs. 24 accumulators, two
- * B vectors and a broadcast A word per pair: 24 dot instructions against 2 vector loads and 12 broadcasts
- * (folded into the instructions), so the dot unit stays the limit.
+ * c (R x 32 fp32, row stride ldc) = (accumulate ? c : 0) + pa . pb over kq pairs, for the first R rows of
+ * a 12-row A micro-panel. At R = 12: 24 accumulators, two B vectors and a broadcast A word per pair, 24
+ * dot instructions against 2 vector loads and 12 broadcasts, so the dot unit stays the limit. A smaller
+ * R serves the last rows of A (M = 128 is 10 x 12 + 8) without multiplying zeros.
  */
-DP_TARGET static void ukr_dp(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                             bool accumulate) {
+DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
+                        bool accumulate) {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     /* Fetch the C tile now: its rows are often 4 KiB apart and would miss right when the adds want them. */
     if (accumulate) {
 #pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
             _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
         }
@@ -86,7 +88,7 @@ DP_TARGET static void ukr_dp(int64_t kq, const uint32_t *pa, const uint32_t *pb,
         /* The A micro-panel streams from L2. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
 #pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             const __m512bh a = as_bh(_mm512_set1_epi32((int)pa[i]));
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
@@ -96,18 +98,31 @@ DP_TARGET static void ukr_dp(int64_t kq, const uint32_t *pa, const uint32_t *pb,
     }
     if (accumulate) {
 #pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             float *cr = c + i * ldc;
             _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), acc[i][0]));
             _mm512_storeu_ps(cr + 16, _mm512_add_ps(_mm512_loadu_ps(cr + 16), acc[i][1]));
         }
     } else {
 #pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
+        for (int i = 0; i < R; i++) {
             _mm512_storeu_ps(c + i * ldc, acc[i][0]);
             _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
         }
     }
+}
+
+DP_TARGET static void ukr_dp12(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
+                               bool accumulate) {
+    ukr_rows(12, kq, pa, pb, c, ldc, accumulate);
+}
+DP_TARGET static void ukr_dp8(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
+                              bool accumulate) {
+    ukr_rows(8, kq, pa, pb, c, ldc, accumulate);
+}
+DP_TARGET static void ukr_dp4(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
+                              bool accumulate) {
+    ukr_rows(4, kq, pa, pb, c, ldc, accumulate);
 }
 
 /* r[j] holds 16 words of row j; afterwards r[q] holds word q of rows 0..15 (a 16 x 16 transpose). */
@@ -288,7 +303,11 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
                 const int64_t cnext = n - jr - NR < NR ? n - jr - NR : NR;
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
                     if (next) prefetch_b_panel(bnext, b_sk, b_sn, kcur, cnext, ir / MR, parts);
-                    ukr_dp(kq, ap + ir * kq, pb, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
+                    const int64_t rows = mcur - ir;
+                    float *ct = acc + (ic + ir) * ldacc + jr;
+                    if (rows > 8) ukr_dp12(kq, ap + ir * kq, pb, ct, ldacc, pc > 0);
+                    else if (rows > 4) ukr_dp8(kq, ap + ir * kq, pb, ct, ldacc, pc > 0);
+                    else ukr_dp4(kq, ap + ir * kq, pb, ct, ldacc, pc > 0);
                 }
             }
         }
@@ -383,6 +402,73 @@ void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16
         }
 }
 
+/* ---- skinny path: axpy along contiguous n ----------------------------------------------------------- */
+
+/*
+ * c[ii, 0:64] = sum_k a[ii, k] * B[k, 0:64] for MB rows (lanes beyond nn neither read nor written); a is
+ * bf16 rows whose word q is the pair (a[2q], a[2q + 1]), zero past k. Rows 2q and 2q + 1 of B are paired
+ * with unpacklo/hi, which interleave within 128-bit lanes only: accumulator v = 2h + s then holds columns
+ * 32h + 8L + 4s + (0..3) in lane L, put back in order once at the end.
+ */
+DP_INLINE void axpy_tile(int MB, int64_t k, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb,
+                         int64_t nn, float *c, int64_t ldc) {
+    const __mmask32 m0 = mask32(nn), m1 = mask32(nn - 32);
+    __m512 acc[6][4];
+#pragma GCC unroll 6
+    for (int ii = 0; ii < MB; ii++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) acc[ii][v] = _mm512_setzero_ps();
+    const int64_t kq = (k + 1) / 2;
+    for (int64_t q = 0; q < kq; q++) {
+        const uint16_t *r0 = b + 2 * q * ldb, *r1 = r0 + ldb;
+        const bool odd = 2 * q + 1 < k;
+        const __m512i x0 = _mm512_maskz_loadu_epi16(m0, r0), y0 = odd ? _mm512_maskz_loadu_epi16(m0, r1) : _mm512_setzero_si512();
+        const __m512i x1 = _mm512_maskz_loadu_epi16(m1, r0 + 32), y1 = odd ? _mm512_maskz_loadu_epi16(m1, r1 + 32) : _mm512_setzero_si512();
+        const __m512bh w[4] = {as_bh(_mm512_unpacklo_epi16(x0, y0)), as_bh(_mm512_unpackhi_epi16(x0, y0)),
+                               as_bh(_mm512_unpacklo_epi16(x1, y1)), as_bh(_mm512_unpackhi_epi16(x1, y1))};
+#pragma GCC unroll 6
+        for (int ii = 0; ii < MB; ii++) {
+            const __m512bh x = as_bh(_mm512_set1_epi32((int)((const uint32_t *)(a + ii * lda))[q]));
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) acc[ii][v] = _mm512_dpbf16_ps(acc[ii][v], x, w[v]);
+        }
+    }
+    /* lo = accumulator 2h, hi = 2h + 1: columns 32h + 16t + (0..15) are lanes (lo.2t, hi.2t, lo.2t+1, hi.2t+1). */
+    const __m512i even = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i oddl = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+    const __mmask16 sm[4] = {(__mmask16)m0, (__mmask16)(m0 >> 16), (__mmask16)m1, (__mmask16)(m1 >> 16)};
+#pragma GCC unroll 6
+    for (int ii = 0; ii < MB; ii++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512 lo = acc[ii][2 * h], hi = acc[ii][2 * h + 1];
+            _mm512_mask_storeu_ps(c + ii * ldc + 32 * h, sm[2 * h], _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_mask_storeu_ps(c + ii * ldc + 32 * h + 16, sm[2 * h + 1], _mm512_permutex2var_ps(lo, oddl, hi));
+        }
+}
+
+typedef void (*dp_axpy_fn)(int64_t k, const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, int64_t nn,
+                           float *c, int64_t ldc);
+
+#define DP_AXPY(MB)                                                                                          \
+    DP_TARGET static void dp_axpy_##MB(int64_t k, const uint16_t *a, int64_t lda, const uint16_t *b,           \
+                                       int64_t ldb, int64_t nn, float *c, int64_t ldc) {                     \
+        axpy_tile(MB, k, a, lda, b, ldb, nn, c, ldc);                                                        \
+    }
+DP_AXPY(1) DP_AXPY(2) DP_AXPY(3) DP_AXPY(4) DP_AXPY(5) DP_AXPY(6)
+static const dp_axpy_fn dp_axpy[7] = {NULL, dp_axpy_1, dp_axpy_2, dp_axpy_3, dp_axpy_4, dp_axpy_5, dp_axpy_6};
+
+void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                                   const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
+    for (int64_t j = 0; j < n; j += 64) {
+        const int64_t nn = n - j < 64 ? n - j : 64;
+        for (int64_t i = 0; i < m; i += 6) {
+            const int mb = m - i < 6 ? (int)(m - i) : 6;
+            dp_axpy[mb](k, a + i * lda, lda, b + j, ldb, nn, c + i * ldc + j, ldc);
+        }
+    }
+}
+
 #else /* not x86-64: never selected */
 
 bool nk_gemm_dpbf16_available(void) {
@@ -395,6 +481,11 @@ bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, in
 }
 
 void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                                   const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
+    (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+}
+
+void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                                    const uint16_t *b, int64_t ldb, float *c, int64_t ldc) {
     (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
 }

@@ -75,14 +75,17 @@ bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64
  * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has
  * AVX-512 F/BW/VL/DQ and BF16.
  * block: as nk_gemm_amx_block, but acc must hold m rounded up to 12 rows (the register tile) and n rounded
- * up to 32 (ldacc >= that); the padding is written too.
+ * up to 32 (ldacc >= that); the padding may be written too.
  * skinny_kcontig: c[i*ldc + j] = sum_k a[i*lda + k] * b[k + j*ldb] for i < m <= NK_GEMM_SKINNY_M, j < n,
- * a and b bf16, c fp32.
+ * a and b bf16, c fp32; skinny_ncontig: the same with b[k*ldb + j]. Rows of a must be zero from k up to
+ * an even length (lda even).
  */
 bool nk_gemm_dpbf16_available(void);
 bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
                           const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
 void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
+                                   const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
+void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                                    const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 #define NK_GEMM_DPBF16_MR 12
 
