@@ -78,6 +78,20 @@ def test_mm(dtype, mnk, la, lb):
     assert got.is_contiguous()
 
 
+# bf16 around the blocking of the pair-packed (vdpbf16ps) kernels: 12-row tiles and their 8/4-row tails,
+# 32-column panels, 512-deep and 144-row blocks, odd k, skinny rows 9..16 (both B layouts).
+@pytest.mark.parametrize("mnk", [(150, 70, 513), (145, 33, 31), (14, 300, 1025), (9, 64, 65), (40, 290, 3),
+                                 (128, 96, 768)], ids=str)
+@pytest.mark.parametrize("la,lb", [("c", "t"), ("c", "c"), ("t", "s")])
+def test_mm_bf16_block_edges(mnk, la, lb):
+    m, nn, k = mnk
+    a, b = rand(m, k, dtype=torch.bfloat16), rand(k, nn, dtype=torch.bfloat16, seed=1)
+    check(torch.mm(on_neuron(a, la), on_neuron(b, lb)), torch.mm(a, b), mag_mm(a, b), torch.bfloat16)
+    bias = rand(nn, dtype=torch.bfloat16, seed=2)
+    mag = mag_mm(a, b) + bias.double().abs()
+    check(torch.addmm(n(bias), on_neuron(a, la), on_neuron(b, lb)), torch.addmm(bias, a, b), mag, torch.bfloat16)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("bias_shape", ["n", "1n", "m1", "mn", "scalar"])
 @pytest.mark.parametrize("alpha,beta", [(1, 1), (0.5, 2), (-1.5, 0)])
