@@ -550,3 +550,20 @@ def test_max_min_small_ints(dtype):
             t.max()
         raises.append(str(e.value))
     assert raises[0] == raises[1]
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 31, 33, 257, 4095, 4096, 4097, 10_000, 100_003])
+def test_sum_bf16_rows_exact(n):
+    # Contiguous bfloat16 rows are summed while widened (no float chunk buffer), in the same cascade
+    # order as PyTorch: the same bits for every row length around the vector, group and chunk sizes.
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(3, n, generator=g) * 3).to(torch.bfloat16)
+    x[1, :: max(1, n // 5)] = float("inf") if n > 1 else 1.0
+    got = x.to("neuron").sum(-1).cpu()
+    assert torch.equal(got.view(torch.int16), x.sum(-1).view(torch.int16))
+    close(x.to("neuron").mean(-1), x.mean(-1))
+    close(x.to("neuron").sum(-1, dtype=torch.float32), x.sum(-1, dtype=torch.float32))
+    close(x.to("neuron")[:, ::2].sum(-1), x[:, ::2].sum(-1))
+    y = x.to("neuron")
+    y[2, 0] = float("nan")
+    assert torch.isnan(y.sum(-1)[2].cpu())

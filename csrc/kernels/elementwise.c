@@ -410,18 +410,36 @@ static const void *nk_ew_load_strided(const nk_ew_ctx *c, int k, const char *p, 
     return buf;
 }
 
-/* buf[1..m) = buf[0], for an element of `size` bytes; typed loops so they vectorise. */
-static void nk_ew_splat(void *buf, size_t size, int64_t m) {
-    if (size == 8) {
-        int64_t *b = (int64_t *)buf;
-        for (int64_t i = 1; i < m; i++) b[i] = b[0];
-    } else if (size == 4) {
-        float *b = (float *)buf;
-        for (int64_t i = 1; i < m; i++) b[i] = b[0];
-    } else {
-        uint8_t *b = (uint8_t *)buf;
-        memset(b + 1, b[0], (size_t)(m - 1));
+/* buf[1..m) = buf[0], for an element of `size` bytes; typed loops from index 0 (aligned full vectors)
+ * so they vectorise. This runs once per row of a column-broadcast operand, at up to a block per row,
+ * which with 16-byte stores cost more than the op on the row: wider stores where the CPU has them. */
+#define NK_EW_SPLAT_BODY                                                                           \
+    if (size == 8) {                                                                               \
+        int64_t *b = (int64_t *)buf;                                                               \
+        const int64_t v = b[0];                                                                    \
+        for (int64_t i = 0; i < m; i++) b[i] = v;                                                  \
+    } else if (size == 4) {                                                                        \
+        uint32_t *b = (uint32_t *)buf;                                                             \
+        const uint32_t v = b[0];                                                                   \
+        for (int64_t i = 0; i < m; i++) b[i] = v;                                                  \
+    } else {                                                                                       \
+        uint8_t *b = (uint8_t *)buf;                                                               \
+        memset(b + 1, b[0], (size_t)(m - 1));                                                      \
     }
+static void nk_ew_splat_base(void *buf, size_t size, int64_t m) { NK_EW_SPLAT_BODY }
+#ifdef NK_EW_HAVE_X86
+__attribute__((target("avx2"))) static void nk_ew_splat_avx2(void *buf, size_t size, int64_t m) { NK_EW_SPLAT_BODY }
+#endif
+static void nk_ew_splat(const nk_ew_ctx *c, void *buf, size_t size, int64_t m) {
+#ifdef NK_EW_HAVE_X86
+    /* Every table but the generic one implies AVX2. */
+    if (c->f32 != &nk_ew_f32_generic) {
+        nk_ew_splat_avx2(buf, size, m);
+        return;
+    }
+#endif
+    (void)c;
+    nk_ew_splat_base(buf, size, m);
 }
 
 /* A broadcast operand (stride 0) is converted once and replicated: the strided conversion loop costs
@@ -432,7 +450,7 @@ static const void *nk_ew_load(const nk_ew_ctx *c, int k, const char *p, int64_t 
     const bool as_bool = (c->tr.bool_in & (1u << (k - 1))) != 0;
     const size_t size = as_bool ? 1 : nk_dtype_size(c->cdt);
     if (one != buf) memcpy(buf, one, size);
-    nk_ew_splat(buf, size, m);
+    nk_ew_splat(c, buf, size, m);
     return buf;
 }
 

@@ -35,6 +35,7 @@ int nk_reduce_isa(void) {
 NK_SIMD_FN(int, nk_rgather, (float *dst, const char *src, int64_t n, int64_t s, nk_dtype t), (dst, src, n, s, t))
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
+NK_SIMD_FN(float, nk_sum_cascade_bf16, (const uint16_t *x, int64_t n), (x, n))
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(float, nk_maxidx, (const float *x, int64_t n, int is_max, int64_t *idx), (x, n, is_max, idx))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
@@ -345,6 +346,11 @@ static void nk_row_float(const nk_rctx *c, const char *base, int64_t n, int64_t 
         const int64_t len = n - j < chunk ? n - j : chunk;
         const char *src = base + j * s * es;
         const float *x = buf;
+        if (c->kind == NK_RK_SUM && t == NK_BF16 && s == 1) {
+            /* Widened while summed: the same chunks and order, the chunk never stored. */
+            st->v += nk_sum_cascade_bf16((const uint16_t *)src, len);
+            continue;
+        }
         if (t == NK_F32 && s == 1) x = (const float *)src;
         else nk_rgather(buf, src, len, s, t);
         switch (c->kind) {

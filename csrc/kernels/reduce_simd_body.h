@@ -24,6 +24,9 @@
 #define nk_rscatter_body NK_SFX(nk_rscatter_body, NK_ISA)
 #define nk_sum_body NK_SFX(nk_sum_body, NK_ISA)
 #define nk_sum_cascade_body NK_SFX(nk_sum_cascade_body, NK_ISA)
+#define nk_sum_cascade_core NK_SFX(nk_sum_cascade_core, NK_ISA)
+#define nk_sum_cascade_bf16_body NK_SFX(nk_sum_cascade_bf16_body, NK_ISA)
+#define nk_vload8_bf16 NK_SFX(nk_vload8_bf16, NK_ISA)
 #define nk_sumsqdev_body NK_SFX(nk_sumsqdev_body, NK_ISA)
 #define nk_dot_body NK_SFX(nk_dot_body, NK_ISA)
 #define nk_maxidx_body NK_SFX(nk_maxidx_body, NK_ISA)
@@ -184,7 +187,22 @@ NK_AI nk_v8f nk_vload8(const float *p) {
     return v;
 }
 
-NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
+NK_AI nk_v8f nk_vload8_bf16(const uint16_t *p) {
+    typedef uint16_t nk_v8h __attribute__((vector_size(16)));
+    typedef uint32_t nk_v8u __attribute__((vector_size(32)));
+    nk_v8h hv;
+    memcpy(&hv, p, sizeof hv);
+    const nk_v8u w = __builtin_convertvector(hv, nk_v8u) << 16;
+    nk_v8f v;
+    memcpy(&v, &w, sizeof v);
+    return v;
+}
+
+/* The cascade over float or (bf16 != 0) bfloat16 elements, widened as they are loaded: the same sums
+ * as gathering a bfloat16 chunk into floats first, without the store and reload of the chunk. */
+NK_AI float nk_sum_cascade_core(const void *xv, int64_t n, const int bf16) {
+    const float *x = (const float *)xv;
+    const uint16_t *h = (const uint16_t *)xv;
     const int64_t nvec = n / 8, groups = nvec / 4;
     int64_t lg = 0;
     while ((INT64_C(1) << lg) < groups) lg++;
@@ -195,7 +213,7 @@ NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
     int64_t i = 0;
     while (i + step <= groups) {
         for (int64_t j = 0; j < step; j++, i++)
-            for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+            for (int k = 0; k < 4; k++) acc[0][k] += (bf16 ? nk_vload8_bf16(h + (i * 4 + k) * 8) : nk_vload8(x + (i * 4 + k) * 8));
         for (int l = 1; l < 4; l++) {
             for (int k = 0; k < 4; k++) {
                 acc[l][k] += acc[l - 1][k];
@@ -205,19 +223,23 @@ NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
         }
     }
     for (; i < groups; i++)
-        for (int k = 0; k < 4; k++) acc[0][k] += nk_vload8(x + (i * 4 + k) * 8);
+        for (int k = 0; k < 4; k++) acc[0][k] += (bf16 ? nk_vload8_bf16(h + (i * 4 + k) * 8) : nk_vload8(x + (i * 4 + k) * 8));
     for (int l = 1; l < 4; l++)
         for (int k = 0; k < 4; k++) acc[0][k] += acc[l][k];
-    for (int64_t v = groups * 4; v < nvec; v++) acc[0][0] += nk_vload8(x + v * 8);
+    for (int64_t v = groups * 4; v < nvec; v++) acc[0][0] += bf16 ? nk_vload8_bf16(h + v * 8) : nk_vload8(x + v * 8);
     nk_v8f tot = acc[0][0];
     for (int k = 1; k < 4; k++) tot += acc[0][k];
     float s = 0;
-    for (int64_t e = nvec * 8; e < n; e++) s += x[e];
+    for (int64_t e = nvec * 8; e < n; e++) s += bf16 ? nk_bf16_to_f32(h[e]) : x[e];
     float lanes[8];
     memcpy(lanes, &tot, sizeof lanes);
     for (int l = 0; l < 8; l++) s += lanes[l];
     return s;
 }
+
+NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) { return nk_sum_cascade_core(x, n, 0); }
+
+NK_BODY float nk_sum_cascade_bf16_body(const uint16_t *x, int64_t n) { return nk_sum_cascade_core(x, n, 1); }
 
 /* Sum of (x - c)^2. */
 NK_BODY double nk_sumsqdev_body(const float *x, int64_t n, float c) {
@@ -470,6 +492,9 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_rscatter_body
 #undef nk_sum_body
 #undef nk_sum_cascade_body
+#undef nk_sum_cascade_core
+#undef nk_sum_cascade_bf16_body
+#undef nk_vload8_bf16
 #undef nk_sumsqdev_body
 #undef nk_dot_body
 #undef nk_maxidx_body
