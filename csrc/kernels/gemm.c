@@ -620,7 +620,15 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     if (p.m <= NK_GEMM_SKINNY_M && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
 
     const int threads = nk_threads_get();
-    const int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;
+    int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;
+    /* On the bf16 dot kernels up to 4 tasks per thread while each keeps >= 512 columns or >= 144 rows
+     * (re-packing the short operand per task then costs ~1%): a thread that loses its core to another
+     * process leaves tasks for the other to steal. */
+    if (dt == NK_BF16 && p.bf16 == BF16_DP && batch < threads) {
+        const int64_t side = p.n >= p.m ? p.n / 512 : p.m / 144;
+        const int64_t more = side < per_batch * 4 ? side : per_batch * 4;
+        if (more > per_batch) per_batch = more;
+    }
     /* Split the longer side so every task keeps a wide panel. */
     if (p.n >= p.m) {
         p.mparts = 1;
