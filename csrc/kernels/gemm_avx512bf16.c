@@ -287,7 +287,10 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
     const int64_t mp_all = (m + MR - 1) / MR * MR;
     const int64_t mc_max = mp_all < DP_MC ? mp_all : DP_MC;
     uint32_t *ap = dp_scratch_get(&t_dp_a, (size_t)(mc_max * kq_max));
-    uint32_t *bp = dp_scratch_get(&t_dp_b, (size_t)(np * kq_max));
+    /* With one row block every B micro-panel is used right after it is packed: one slot, which stays in
+     * L1, instead of writing out the whole block. */
+    const bool one_block = m <= DP_MC;
+    uint32_t *bp = dp_scratch_get(&t_dp_b, (size_t)((one_block ? NR : np) * kq_max));
     if (ap == NULL || bp == NULL) return false;
     for (int64_t pc = 0; pc < k; pc += kc) {
         const int64_t kcur = k - pc < kc ? k - pc : kc;
@@ -298,7 +301,7 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
             const int64_t parts = (mcur + MR - 1) / MR;
             pack_a_dp(ap, a + ic * a_sm + pc * a_sk, a_sm, a_sk, mcur, kcur);
             for (int64_t jr = 0; jr < np; jr += NR) {
-                uint32_t *pb = bp + jr * kq;
+                uint32_t *pb = one_block ? bp : bp + jr * kq;
                 /* The first row block packs each B micro-panel right before it uses it, prefetching the
                  * next one's source meanwhile; the other row blocks find the panels packed. */
                 const bool first = ic == 0, next = first && jr + NR < n;
