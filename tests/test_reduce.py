@@ -567,3 +567,28 @@ def test_sum_bf16_rows_exact(n):
     y = x.to("neuron")
     y[2, 0] = float("nan")
     assert torch.isnan(y.sum(-1)[2].cpu())
+
+
+@pytest.mark.parametrize("dtype", HALF_FLOATS)
+def test_softmax_exp_range(dtype):
+    # The vector exp: masked (-inf) entries give exactly 0, spreads past 87 give PyTorch's subnormals
+    # (not 0), inf/NaN rows give NaN; small batches of lines run on several threads.
+    n = 515
+    x = torch.randn(12, n) * 4
+    x[0, ::3] = -float("inf")
+    x[1, ::2] = -95.0
+    x[1, 1::4] = -150.0
+    x[2, 5] = float("inf")
+    x[3, 7] = float("nan")
+    x[4] = -float("inf")
+    x[4, 0] = 0.0
+    x = x.to(dtype)
+    for log in (False, True):
+        fn = torch.log_softmax if log else torch.softmax
+        want = fn(x, -1)
+        got = fn(x.to(DEV), -1)
+        close(got, want)
+        if not log:
+            assert torch.equal(got.cpu()[0, ::3], torch.zeros_like(want[0, ::3]))
+            assert torch.equal(got.cpu()[4, 1:], torch.zeros_like(want[4, 1:]))
+    close(torch.softmax(x.to(DEV).view(1, 12, 1, n), -1), torch.softmax(x.view(1, 12, 1, n), -1))

@@ -91,10 +91,10 @@ NK_EW_DEF1(sigmoid, nk_vm_sigmoid(v))
 #include <immintrin.h>
 /* e^a for the silu denominator. The same reduction and polynomial as nk_vm_exp, but 2^n applied by
  * vscalefps, which over/underflows (to inf, subnormals, 0) and propagates NaN by itself; the clamp
- * only keeps the reduction sane for huge |a| (min/max return the second operand for NaN, so a NaN
+ * keeps the reduction sane for huge |a|, low enough that e^-inf is exactly 0 (min/max return the second operand for NaN, so a NaN
  * argument passes through). */
 static inline __m512 nk_ew_v_exp(__m512 a) {
-    a = _mm512_max_ps(_mm512_set1_ps(-104.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), a));
+    a = _mm512_max_ps(_mm512_set1_ps(-110.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), a));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), a);

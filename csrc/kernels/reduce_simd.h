@@ -13,6 +13,9 @@
 #include "kernels_internal.h"
 
 #include <float.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #pragma GCC diagnostic ignored "-Wpsabi"
 
