@@ -525,8 +525,75 @@ static void test_all_isas(void (*fn)(void)) {
 #endif
 }
 
+/* The AVX512_BF16 table: its float -> bfloat16 conversion and fused all-bfloat16 ops must give the
+ * generic table's bits (subnormals, NaN, ties, every tail length). */
+static void test_bf16_table(void) {
+#ifdef NK_EW_HAVE_X86
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+          __builtin_cpu_supports("avx512bf16"))) {
+        printf("no avx512bf16: bf16 table not checked\n");
+        return;
+    }
+    const nk_ew_f32_table *t = &nk_ew_f32_avx512bf16, *g = &nk_ew_f32_generic;
+    enum { N = 1037 };
+    static const uint32_t special[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0x7F800000u, 0xFF800000u,
+                                       0x00000001u, 0x80000001u, 0x007FFFFFu, 0x00008000u, 0x00018000u,
+                                       0x80000000u, 0u, 0x7F7FFFFFu, 0x3F808000u, 0x3F818000u, 0x3F807FFFu};
+    static float f[N];
+    static uint16_t got[N], want[N], a16[N], b16[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)(frand(0, 4294967295.0));
+        if (i % 3 == 0) u = special[(i / 3) % (int)(sizeof special / sizeof special[0])];
+        memcpy(&f[i], &u, sizeof u);
+    }
+    for (int64_t n = 0; n <= 40; n++) {
+        memset(got, 0xAB, sizeof got);
+        t->to_bf16(got, f + 3, n);
+        g->to_bf16(want, f + 3, n);
+        CHECK_MSG(memcmp(got, want, (size_t)n * 2) == 0 && got[n] == 0xABAB, "to_bf16 n=%lld", (long long)n);
+    }
+    t->to_bf16(got, f, N);
+    g->to_bf16(want, f, N);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += got[i] != want[i];
+    CHECK_MSG(bad == 0, "to_bf16: %d mismatches", bad);
+    /* Fused ops against widen / generic op / round. */
+    g->to_bf16(a16, f, N);
+    for (int i = 0; i < N; i++) f[i] = (float)frand(-30, 30) * (i % 7 == 0 ? 1e-38f : 1.0f);
+    g->to_bf16(b16, f, N);
+    static float fa[N], fb[N], fo[N];
+    g->from_bf16(fa, a16, N);
+    g->from_bf16(fb, b16, N);
+    const int ops[] = {NK_EW_BINARY(NK_ADD), NK_EW_BINARY(NK_MUL), NK_EW_BINARY(NK_DIV), NK_EW_UNARY(NK_SILU)};
+    for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+        CHECK_MSG(t->bf16[ops[k]] != NULL, "fused op %d missing", ops[k]);
+        if (!t->bf16[ops[k]]) continue;
+        for (int alpha_case = 0; alpha_case < 2; alpha_case++) {
+            nk_ew_args a;
+            memset(&a, 0, sizeof a);
+            a.f32[NK_ARG_ALPHA] = alpha_case ? -0.37f : 1.0f;
+            a.reduced = NK_BF16;
+            const void *in16[2] = {a16, b16}, *in32[2] = {fa, fb};
+            for (int64_t n = 1; n <= N; n += n < 40 ? 1 : 331) {
+                t->bf16[ops[k]](got, in16, n, &a);
+                t->fn[ops[k]](fo, in32, n, &a);
+                g->to_bf16(want, fo, n);
+                bad = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    const bool nan_g = (got[i] & 0x7FFF) > 0x7F80, nan_w = (want[i] & 0x7FFF) > 0x7F80;
+                    bad += nan_g != nan_w || (!nan_w && got[i] != want[i]);
+                }
+                CHECK_MSG(bad == 0, "fused op %d alpha %d n=%lld: %d mismatches", ops[k], alpha_case, (long long)n, bad);
+            }
+        }
+    }
+#endif
+}
+
 int main(void) {
     test_vecmath();
+    test_bf16_table();
     test_all_isas(test_unary);
     test_binary();
     test_special_cases();
