@@ -603,6 +603,10 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     }
     p.isa = isa_get();
     p.bf16 = bf16_get();
+    /* PyTorch's CPU sends bf16 products of at most 16^3 multiply-adds (batch included) to its plain
+     * fp32-accumulating loops, not to the bf16 dot instructions; on those small products the fp32 path
+     * gives its bits (the dot instructions pair terms and flush subnormals), and speed does not matter. */
+    if (dt == NK_BF16 && p.bf16 != BF16_VIA_F32 && (double)batch * (double)m * (double)n * (double)k <= 4096.0) p.bf16 = BF16_VIA_F32;
     p.blk = blocking_of(p.isa);
 
     /* out^T = b^T a^T: a short n becomes a short m, so matrix-vector products stream too. */
