@@ -136,11 +136,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
   at::Tensor w = weight.contiguous();
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    // bf16/fp16 keep the column gradient in their dtype and col2im rounds after each tap, as PyTorch's
-    // CPU kernel does, so the rounding matches it.
-    at::Tensor wk = w, gk = go;
+    // bf16: PyTorch's CPU runs it on oneDNN (this device has the bf16 instructions it checks for), which
+    // forms the input gradient in fp32 and rounds once, so the column gradient and col2im's sums stay
+    // fp32 here and the image is rounded at the end. fp16 runs its im2col kernel (oneDNN's fp16 needs
+    // AVX512-FP16): the column in fp16 and col2im rounding after each tap, as below.
+    const bool widen = !g.pointwise && input.scalar_type() == at::kBFloat16;
+    at::Tensor wk = widen ? w.to(at::kFloat) : w, gk = widen ? go.to(at::kFloat) : go;
     at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, gk.options());
-    gi = at::empty(input.sizes(), input.options());  // contiguous; col2im writes every element
+    // contiguous; col2im writes every element
+    gi = at::empty(input.sizes(), widen ? input.options().dtype(at::kFloat) : input.options());
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         nk_tensor wt = transposed(matrix(wk.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op));  // [K, OCg]
@@ -154,6 +158,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
         gemm(c, wt, gog, nullptr, 0.0, op, input);
         check(nk_col2im(&img, &c, g.k, g.s, g.p, g.d), op, input);
       }
+    if (widen) gi = gi.to(input.scalar_type());
   }
   if (mask[1]) {
     // One product per group over all images (k = N*OH*OW), so the batch sum is accumulated in fp32
