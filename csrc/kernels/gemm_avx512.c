@@ -8,6 +8,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include "gemm_avx512_tile.h"
 
 #define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
 #define AVX512_INLINE static inline __attribute__((always_inline)) AVX512_TARGET
@@ -24,15 +25,7 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and
-     * conflict in L1, so they would otherwise miss right when the stores want them). */
-    if (accumulate) {
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-        }
-    }
+    if (accumulate) nk_tile_prefetch_c(c, ldc, MR);
     for (int64_t k = 0; k < kc; k++) {
         const __m512 b0 = _mm512_load_ps(pb);
         const __m512 b1 = _mm512_load_ps(pb + 16);
@@ -47,20 +40,7 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
         pa += MR;
         pb += NR;
     }
-    if (accumulate) {
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            float *cr = c + i * ldc;
-            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), acc[i][0]));
-            _mm512_storeu_ps(cr + 16, _mm512_add_ps(_mm512_loadu_ps(cr + 16), acc[i][1]));
-        }
-    } else {
-#pragma GCC unroll 12
-        for (int i = 0; i < MR; i++) {
-            _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-            _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-        }
-    }
+    nk_tile_store_c(c, ldc, acc, MR, accumulate);
 }
 
 /* 16 elements of dtype dt (lanes outside mask read nothing and are 0) as fp32. */

@@ -19,6 +19,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include "gemm_avx512_tile.h"
 
 #define DP_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 #define DP_INLINE static inline __attribute__((always_inline)) DP_TARGET
@@ -75,14 +76,7 @@ DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint3
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    /* Fetch the C tile now: its rows are often 4 KiB apart and would miss right when the adds want them. */
-    if (accumulate) {
-#pragma GCC unroll 12
-        for (int i = 0; i < R; i++) {
-            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-            _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
-        }
-    }
+    if (accumulate) nk_tile_prefetch_c(c, ldc, R);
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = as_bh(_mm512_load_si512((const void *)pb));
         const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
@@ -97,20 +91,7 @@ DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint3
         pa += MR;
         pb += NR;
     }
-    if (accumulate) {
-#pragma GCC unroll 12
-        for (int i = 0; i < R; i++) {
-            float *cr = c + i * ldc;
-            _mm512_storeu_ps(cr, _mm512_add_ps(_mm512_loadu_ps(cr), acc[i][0]));
-            _mm512_storeu_ps(cr + 16, _mm512_add_ps(_mm512_loadu_ps(cr + 16), acc[i][1]));
-        }
-    } else {
-#pragma GCC unroll 12
-        for (int i = 0; i < R; i++) {
-            _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-            _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-        }
-    }
+    nk_tile_store_c(c, ldc, acc, R, accumulate);
 }
 
 DP_TARGET static void ukr_dp12(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
