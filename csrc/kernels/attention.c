@@ -11,6 +11,7 @@
  * one key/value head (all its query heads, for grouped-query attention) so dK and dV accumulate
  * without synchronisation; dQ of a query block is complete after its sweep over the keys.
  */
+#include "gemm_internal.h"
 #include "kernels_internal.h"
 
 #include <stdatomic.h>
@@ -22,16 +23,29 @@ typedef struct nk_attn_simd {
     void (*gemm_acc)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                      float *C, int64_t ldc);
     void (*gemv_dots)(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s);
+    /* The same with B / K rows in bf16 (NULL where an ISA has none: rows are then widened first). */
+    void (*gemm_acc_bf16)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const uint16_t *B,
+                          int64_t ldb, float *C, int64_t ldc);
+    void (*gemv_dots_bf16)(int64_t n, int64_t d, const float *q, const uint16_t *K, int64_t ldk, float *s);
     float (*row_max)(const float *s, int64_t n);
+    float (*row_scale_max)(float *s, int64_t n, float scale);
+    void (*row_to_bf16)(const float *s, int64_t n, uint16_t *p);
+    void (*rows_exp_sum)(float *S, int64_t ld, int64_t rows, int64_t n, const float *m, float *sum);
+    void (*vec_exp_diff)(const float *a, const float *b, float *out, int64_t n);
     float (*row_exp_sum)(float *s, int64_t n, float m);
     void (*row_exp)(float *s, int64_t n, float m);
 } nk_attn_simd;
 
 /* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define NK_ATTN_AVX512_EXP
+#endif
 #define NK_SFX(name) name##_avx512
 #define NK_TGT __attribute__((target("avx512f"), optimize("fp-contract=fast")))
 #define NK_GEMM_ROWS 8
 #include "attention_simd.h"
+#undef NK_ATTN_AVX512_EXP
 #undef NK_SFX
 #undef NK_TGT
 #undef NK_GEMM_ROWS
@@ -118,6 +132,10 @@ static const nk_attn_simd nk_attn_simd_table_avx2 = {
     .gemm_acc = nk_gemm_acc_avx2,
     .gemv_dots = nk_gemv_dots_avx2,
     .row_max = nk_row_max_avx2,
+    .row_scale_max = nk_row_scale_max_avx2,
+    .row_to_bf16 = nk_row_to_bf16_avx2,
+    .rows_exp_sum = nk_rows_exp_sum_avx2,
+    .vec_exp_diff = nk_vec_exp_diff_avx2,
     .row_exp_sum = nk_row_exp_sum_avx2,
     .row_exp = nk_row_exp_avx2,
 };
@@ -211,6 +229,25 @@ static void nk_dropout_row(const nk_sdpa_ctx *c, float *z, int64_t b, int64_t h,
     }
 }
 
+/* Per 32-element chunk, even elements then odd ones (the lane order of the bf16 products), and back;
+ * n a multiple of 32; the copy goes through tmp (n floats). */
+static void nk_deinterleave32(float *x, float *tmp, int64_t n) {
+    for (int64_t c = 0; c < n; c += 32)
+        for (int64_t i = 0; i < 16; i++) {
+            tmp[c + i] = x[c + 2 * i];
+            tmp[c + 16 + i] = x[c + 2 * i + 1];
+        }
+    memcpy(x, tmp, sizeof(float) * (size_t)n);
+}
+
+static void nk_interleave32(float *dst, const float *src, int64_t n) {
+    for (int64_t c = 0; c < n; c += 32)
+        for (int64_t i = 0; i < 16; i++) {
+            dst[c + 2 * i] = src[c + i];
+            dst[c + 2 * i + 1] = src[c + 16 + i];
+        }
+}
+
 static float *nk_attn_alloc(size_t floats) {
     size_t bytes = (floats < 16 ? 16 : floats) * sizeof(float);
     bytes = (bytes + 63) & ~(size_t)63;
@@ -230,15 +267,19 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
     float *Kp = nk_attn_alloc((size_t)(BK * Dp)); /* K rows, or K transposed [Dp, nkp] */
     float *V = nk_attn_alloc((size_t)(BK * Dvp));
     float *tmp = nk_attn_alloc((size_t)(2 * BK + 2 * BQ));
-    if (!Q || !O || !S || !Kp || !V || !tmp) {
+    float *row = nk_attn_alloc((size_t)(Dp > Dvp ? Dp : Dvp));
+    if (!Q || !O || !S || !Kp || !V || !tmp || !row) {
         atomic_store(&c->failed, 1);
         goto done;
     }
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ;
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
-    /* fp32 rows that are contiguous and a whole number of vectors are read in place. */
+    /* Rows that are contiguous and a whole number of vectors are read in place: fp32 ones always, bf16
+     * ones where the ISA widens them in registers. */
     const bool direct_k = q->dtype == NK_F32 && k->strides[3] == 1 && c->D == Dp;
     const bool direct_v = q->dtype == NK_F32 && v->strides[3] == 1 && c->Dv == Dvp;
+    const bool direct_kb = q->dtype == NK_BF16 && simd->gemv_dots_bf16 != NULL && k->strides[3] == 1 && c->D % 32 == 0;
+    const bool direct_vb = q->dtype == NK_BF16 && simd->gemm_acc_bf16 != NULL && v->strides[3] == 1 && c->Dv % 32 == 0;
     for (int64_t t = begin; t < end; t++) {
         const int64_t b = t / (c->Hq * c->nqb), h = (t / c->nqb) % c->Hq, q0 = (t % c->nqb) * BQ;
         const int64_t hk = h / c->group;
@@ -248,6 +289,7 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             float *qr = Q + i * Dp;
             nk_load_row(c, qr, nk_at(q, c->es, b, h, q0 + i), q->strides[3], c->D, Dp);
             for (int64_t d = 0; d < c->D; d++) qr[d] *= scale;
+            if (direct_kb && mq < 4) nk_deinterleave32(qr, row, c->D); /* for gemv_dots_bf16 */
             mrow[i] = -INFINITY;
             lrow[i] = 0.f;
         }
@@ -261,6 +303,12 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             const float *Vd = direct_v ? (const float *)v->data + b * v->strides[0] + hk * v->strides[1] +
                                              k0 * v->strides[2]
                                        : NULL;
+            const uint16_t *Kb = direct_kb ? (const uint16_t *)k->data + b * k->strides[0] + hk * k->strides[1] +
+                                                 k0 * k->strides[2]
+                                           : NULL;
+            const uint16_t *Vb = direct_vb ? (const uint16_t *)v->data + b * v->strides[0] + hk * v->strides[1] +
+                                                 k0 * v->strides[2]
+                                           : NULL;
             if (mq >= 4) {
                 /* Transpose K into [Dp, nkp] so the score GEMM broadcasts Q and streams K rows. */
                 for (int64_t j = 0; j < nk; j++) {
@@ -279,12 +327,15 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             } else if (Kd != NULL) {
                 /* Few query rows (decode): dot products straight from the key rows. */
                 for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kd, k->strides[2], S + i * nkp);
+            } else if (Kb != NULL) {
+                for (int64_t i = 0; i < mq; i++)
+                    simd->gemv_dots_bf16(nk, Dp, Q + i * Dp, Kb, k->strides[2], S + i * nkp);
             } else {
                 for (int64_t j = 0; j < nk; j++)
                     nk_load_row(c, Kp + j * Dp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, Dp);
                 for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kp, Dp, S + i * nkp);
             }
-            if (Vd == NULL)
+            if (Vd == NULL && Vb == NULL)
                 for (int64_t j = 0; j < nk; j++)
                     nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], c->Dv, Dvp);
             for (int64_t i = 0; i < mq; i++) {
@@ -313,6 +364,8 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
              * end of v. */
             if (Vd != NULL) {
                 simd->gemm_acc(mq, Dvp, nk, S, nkp, Vd, v->strides[2], O, Dvp);
+            } else if (Vb != NULL) {
+                simd->gemm_acc_bf16(mq, Dvp, nk, S, nkp, Vb, v->strides[2], O, Dvp);
             } else {
                 simd->gemm_acc(mq, Dvp, nk, S, nkp, V, Dvp, O, Dvp);
             }
@@ -322,6 +375,10 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             const float inv = l > 0.f ? 1.f / l : 0.f;
             float *o = O + i * Dvp;
             for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
+            if (direct_vb) { /* gemm_acc_bf16 left the row deinterleaved */
+                nk_interleave32(row, o, c->Dv);
+                o = row;
+            }
             const nk_tensor *out = c->out;
             if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, q0 + i), out->strides[3], o, 1, c->Dv);
             const nk_tensor *lse = c->lse;
@@ -330,11 +387,159 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
         }
     }
 done:
+    free(row);
     free(Q);
     free(O);
     free(S);
     free(Kp);
     free(V);
+    free(tmp);
+}
+
+/*
+ * bf16 forward on AMX tiles, as PyTorch's CPU attention computes it: S = Q K^T from the bf16 inputs with
+ * fp32 accumulation, scaled, masked and exponentiated in fp32; the probabilities are rounded to bf16 for
+ * the product with V, accumulated in fp32. K and V blocks are packed into the tiles' pair order per
+ * block (a few shuffles per 16x16 words); everything else matches the fp32 path above.
+ */
+static int64_t nk_round32(int64_t x) {
+    return (x + 31) & ~(int64_t)31;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/* p[j] = bf16(s[j]) for j < n (a multiple of 32) with vcvtne2ps2bf16 (round to nearest even; a NaN stays
+ * a NaN, whatever its payload). Every CPU with AMX-BF16 has this instruction. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void nk_row_to_bf16_dp(const float *s, int64_t n,
+                                                                                    uint16_t *p) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + j + 16), _mm512_loadu_ps(s + j));
+        _mm512_storeu_si512((void *)(p + j), (__m512i)v);
+    }
+}
+#endif
+
+static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    const nk_sdpa_args *a = c->a;
+    const nk_attn_simd *simd = c->simd;
+    const int64_t BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
+    const int64_t Dk = nk_round32(c->D), Dv32 = nk_round32(c->Dv);
+    uint16_t *Qa = (uint16_t *)nk_attn_alloc((size_t)(BQ * Dk / 2));
+    /* Packed K and V blocks of the current (batch, key head), kept while consecutive tasks (the query
+     * blocks of a head, the heads of a group) reuse them; packed_nk[kb]: keys packed in block kb, 0 none. */
+    const int64_t nkb = (c->Lk + BK - 1) / BK;
+    uint16_t *Kc = (uint16_t *)nk_attn_alloc((size_t)(nkb * BK * Dk / 2));
+    uint16_t *Vc = (uint16_t *)nk_attn_alloc((size_t)(nkb * Dv32 * BK / 2));
+    int64_t *packed_nk = (int64_t *)calloc((size_t)(nkb > 0 ? nkb : 1), sizeof(int64_t));
+    int64_t packed_b = -1, packed_hk = -1;
+    uint16_t *Pa = (uint16_t *)nk_attn_alloc((size_t)(BQ * BK / 2));
+    float *S = nk_attn_alloc((size_t)(BQ * BK));
+    float *O = nk_attn_alloc((size_t)(BQ * Dv32));
+    float *tmp = nk_attn_alloc((size_t)(2 * BK + 5 * BQ));
+    const bool tiles = Qa && Kc && Vc && packed_nk && Pa && S && O && tmp && nk_amx_session_begin();
+    if (!tiles) {
+        atomic_store(&c->failed, 1);
+        goto done;
+    }
+    float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ, *mnew = lrow + BQ, *alpha = mnew + BQ;
+    float *sum = alpha + BQ;
+    const nk_tensor *q = a->q, *k = a->k, *v = a->v;
+    const float scale = (float)a->scale;
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = t / (c->Hq * c->nqb), h = (t / c->nqb) % c->Hq, q0 = (t % c->nqb) * BQ;
+        const int64_t hk = h / c->group;
+        const int64_t mq = c->Lq - q0 < BQ ? c->Lq - q0 : BQ, mp = nk_round32(mq);
+        memset(Qa, 0, sizeof(uint16_t) * (size_t)(mp * Dk));
+        memset(Pa, 0, sizeof(uint16_t) * (size_t)(mp * BK)); /* rows past mq stay zero */
+        for (int64_t i = 0; i < BQ; i++) mrow[i] = mnew[i] = 0.f; /* rows past mq: finite, unused */
+        for (int64_t i = 0; i < mq; i++) {
+            const uint16_t *src = (const uint16_t *)nk_at(q, 2, b, h, q0 + i);
+            if (q->strides[3] == 1) {
+                memcpy(Qa + i * Dk, src, sizeof(uint16_t) * (size_t)c->D);
+            } else {
+                for (int64_t d = 0; d < c->D; d++) Qa[i * Dk + d] = src[d * q->strides[3]];
+            }
+            mrow[i] = -INFINITY;
+            lrow[i] = 0.f;
+        }
+        memset(O, 0, sizeof(float) * (size_t)(mp * Dv32));
+        const int64_t kend = a->causal ? (c->Lk < q0 + mq ? c->Lk : q0 + mq) : c->Lk;
+        const uint16_t *kb = (const uint16_t *)k->data + b * k->strides[0] + hk * k->strides[1];
+        const uint16_t *vb = (const uint16_t *)v->data + b * v->strides[0] + hk * v->strides[1];
+        if (b != packed_b || hk != packed_hk) {
+            memset(packed_nk, 0, sizeof(int64_t) * (size_t)nkb);
+            packed_b = b;
+            packed_hk = hk;
+        }
+        for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+            const int64_t nk = kend - k0 < BK ? kend - k0 : BK, nkp = nk_round32(nk);
+            uint16_t *Kp = Kc + (k0 / BK) * BK * Dk, *Vp = Vc + (k0 / BK) * Dv32 * BK;
+            if (packed_nk[k0 / BK] != nk) {
+                nk_amx_pack_b(Kp, kb + k0 * k->strides[2], k->strides[3], k->strides[2], c->D, nk, Dk);
+                nk_amx_pack_b(Vp, vb + k0 * v->strides[2], v->strides[2], v->strides[3], nk, c->Dv, nkp);
+                packed_nk[k0 / BK] = nk;
+            }
+            nk_amx_matmul(mp, nkp, Dk, Qa, Dk, Kp, S, BK, false);
+            /* Online softmax over the block in three sweeps: new row maxima, then the exponentials of
+             * all rows in one call, then the running sums, rescaled outputs and bf16 probabilities. */
+            for (int64_t i = 0; i < mq; i++) {
+                float *s = S + i * BK;
+                float mx = simd->row_scale_max(s, nkp, scale);
+                if (a->mask != NULL || nk < nkp || (a->causal && k0 + nk > q0 + i + 1)) {
+                    nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
+                    mx = simd->row_max(s, nkp);
+                }
+                mnew[i] = mx > mrow[i] ? mx : mrow[i];
+            }
+            simd->vec_exp_diff(mrow, mnew, alpha, nk_round16(mq));
+            simd->rows_exp_sum(S, BK, mq, nkp, mnew, sum);
+            for (int64_t i = 0; i < mq; i++) {
+                float *s = S + i * BK;
+                uint16_t *p = Pa + i * BK;
+                if (mnew[i] == -INFINITY) {
+                    memset(p, 0, sizeof(uint16_t) * (size_t)nkp);
+                    continue;
+                }
+                const float al = mrow[i] == -INFINITY ? 0.f : alpha[i];
+                lrow[i] = lrow[i] * al + sum[i];
+                mrow[i] = mnew[i];
+                if (al != 1.f) {
+                    float *o = O + i * Dv32;
+                    for (int64_t d = 0; d < Dv32; d++) o[d] *= al;
+                }
+                if (a->dropout_p > 0.0) {
+                    nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
+                    for (int64_t j = 0; j < nk; j++) s[j] *= z[j];
+                }
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+                nk_row_to_bf16_dp(s, nkp, p);
+#else
+                simd->row_to_bf16(s, nkp, p);
+#endif
+            }
+            nk_amx_matmul(mp, Dv32, nkp, Pa, BK, Vp, O, Dv32, true);
+        }
+        for (int64_t i = 0; i < mq; i++) {
+            const float l = lrow[i];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            float *o = O + i * Dv32;
+            for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
+            const nk_tensor *out = c->out;
+            if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, q0 + i), out->strides[3], o, 1, c->Dv);
+            const nk_tensor *lse = c->lse;
+            float *lp = (float *)c->lse->data + b * lse->strides[0] + h * lse->strides[1] + (q0 + i) * lse->strides[2];
+            *lp = l > 0.f ? mrow[i] + logf(l) : -INFINITY;
+        }
+    }
+    nk_amx_session_end();
+done:
+    free(Qa);
+    free(Kc);
+    free(Vc);
+    free(packed_nk);
+    free(Pa);
+    free(S);
+    free(O);
     free(tmp);
 }
 
@@ -402,7 +607,10 @@ nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_
     if (st != NK_SUCCESS) return st;
     const int64_t tasks = c.B * c.Hq * c.nqb;
     if (tasks == 0 || c.Dv + c.D < 0) return NK_SUCCESS;
-    nk_parallel_for(tasks, 1, nk_sdpa_fwd_range, &c);
+    /* Tiles pay off from a few dozen query rows (prefill); decode rows stay on the vector path. */
+    const bool amx = a->q->dtype == NK_BF16 && c.Lq >= 16 && c.D > 0 && nk_gemm_bf16_on_amx() &&
+                     nk_gemm_dpbf16_available();
+    nk_parallel_for(tasks, 1, amx ? nk_sdpa_fwd_amx_range : nk_sdpa_fwd_range, &c);
     return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
 }
 

@@ -58,6 +58,10 @@ static bf16_kind bf16_get(void) {
     return (bf16_kind)__atomic_load_n(&g_bf16, __ATOMIC_RELAXED);
 }
 
+bool nk_gemm_bf16_on_amx(void) {
+    return bf16_get() == BF16_AMX;
+}
+
 const char *nk_gemm_isa_name(void) {
     return isa_get()->name;
 }

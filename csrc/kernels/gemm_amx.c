@@ -63,9 +63,10 @@ static uint16_t *amx_scratch_get(amx_scratch *s, size_t n) {
     return s->p;
 }
 
-/* c[32 x 32] (fp32, row stride ldc) = (accumulate ? c : 0) + a[32 x kp] . b, for kp a multiple of 32. */
-AMX_INLINE void amx_kernel(int64_t kp, const uint16_t *a, const uint16_t *b0, const uint16_t *b1, float *c,
-                           int64_t ldc, bool accumulate) {
+/* c[32 x 32] (fp32, row stride ldc) = (accumulate ? c : 0) + a[32 x kp] . b, for kp a multiple of 32;
+ * rows of a lie lda elements apart. */
+AMX_INLINE void amx_kernel(int64_t kp, const uint16_t *a, int64_t lda, const uint16_t *b0, const uint16_t *b1,
+                           float *c, int64_t ldc, bool accumulate) {
     const int64_t cs = ldc * 4;
     if (accumulate) {
         _tile_loadd(0, c, cs);
@@ -78,10 +79,10 @@ AMX_INLINE void amx_kernel(int64_t kp, const uint16_t *a, const uint16_t *b0, co
         _tile_zero(2);
         _tile_zero(3);
     }
-    const int64_t as = kp * 2;
+    const int64_t as = lda * 2;
     for (int64_t k = 0; k < kp; k += 32) {
         _tile_loadd(4, a + k, as);
-        _tile_loadd(5, a + 16 * kp + k, as);
+        _tile_loadd(5, a + 16 * lda + k, as);
         _tile_loadd(6, b0 + k * 16, 64);
         _tile_loadd(7, b1 + k * 16, 64);
         _tile_dpbf16ps(0, 4, 6);
@@ -187,6 +188,20 @@ static void pack_a_rows(uint16_t *dst, const uint16_t *a, int64_t sm, int64_t sk
     }
 }
 
+/* Every tile 16 rows x 64 bytes. */
+AMX_TARGET static void amx_config(void) {
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    /* GCC does not see ldtilecfg read the whole struct and may drop the stores above. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
 AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
                                   const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
     const int64_t np = (n + 31) / 32 * 32;
@@ -195,14 +210,7 @@ AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_
     uint16_t *ap = amx_scratch_get(&t_amx_a, (size_t)(mc_max * kc_max));
     uint16_t *bp = amx_scratch_get(&t_amx_b, (size_t)(np * kc_max));
     if (ap == NULL || bp == NULL) return false;
-    amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = 64;
-    }
-    _tile_loadconfig(&cfg);
+    amx_config();
     for (int64_t pc = 0; pc < k; pc += AMX_KC) {
         const int64_t kcur = k - pc < AMX_KC ? k - pc : AMX_KC;
         const int64_t kp = (kcur + 31) / 32 * 32;
@@ -214,7 +222,7 @@ AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_
             for (int64_t jr = 0; jr < np; jr += 32) {
                 const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
                 for (int64_t ir = 0; ir < mp; ir += 32)
-                    amx_kernel(kp, ap + ir * kp, b0, b1, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
+                    amx_kernel(kp, ap + ir * kp, kp, b0, b1, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
             }
         }
     }
@@ -222,10 +230,51 @@ AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_
     return true;
 }
 
+/* ---- a tile session for callers issuing many small products (attention) ---------------------- */
+
+AMX_TARGET bool nk_amx_session_begin(void) {
+    if (!nk_gemm_bf16_on_amx()) return false;
+    amx_config();
+    return true;
+}
+
+AMX_TARGET void nk_amx_session_end(void) {
+    _tile_release();
+}
+
+void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                   int64_t kp) {
+    pack_b_vnni(dst, b, sk, sn, kcur, ncur, kp);
+}
+
+AMX_TARGET void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda,
+                              const uint16_t *bp, float *c, int64_t ldc, bool accumulate) {
+    for (int64_t jr = 0; jr < np; jr += 32) {
+        const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
+        for (int64_t ir = 0; ir < mp; ir += 32) amx_kernel(kp, a + ir * lda, lda, b0, b1, c + ir * ldc + jr, ldc, accumulate);
+    }
+}
+
 #else
 
 bool nk_gemm_amx_available(void) {
     return false;
+}
+
+bool nk_amx_session_begin(void) {
+    return false;
+}
+
+void nk_amx_session_end(void) {}
+
+void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                   int64_t kp) {
+    (void)dst, (void)b, (void)sk, (void)sn, (void)kcur, (void)ncur, (void)kp;
+}
+
+void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint16_t *bp,
+                   float *c, int64_t ldc, bool accumulate) {
+    (void)mp, (void)np, (void)kp, (void)a, (void)lda, (void)bp, (void)c, (void)ldc, (void)accumulate;
 }
 
 bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,

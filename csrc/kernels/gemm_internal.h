@@ -72,6 +72,22 @@ bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64
                        const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
 
 /*
+ * The same tiles for callers issuing many small products between one begin and end on a thread
+ * (attention), so the tile configuration is loaded once. session_begin: false (nothing to end) when
+ * AMX is unusable or not the chosen bf16 path (nk_gemm_isa_force). pack_b: b (kcur x ncur bf16, element
+ * strides sk, sn) into dst, 16-column panels of kp/2 pair rows, kp a multiple of 32, columns zero-padded
+ * to a multiple of 32 (dst 64-byte aligned, round32(ncur) * kp elements). matmul: c[mp x np] (fp32, row
+ * stride ldc) = (accumulate ? c : 0) + a[mp x kp] (bf16 rows lda apart) . packed b; mp, np, kp multiples of 32.
+ */
+bool nk_gemm_bf16_on_amx(void); /* gemm.c: AMX is the chosen bf16 path */
+bool nk_amx_session_begin(void);
+void nk_amx_session_end(void);
+void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                   int64_t kp);
+void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint16_t *bp,
+                   float *c, int64_t ldc, bool accumulate);
+
+/*
  * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has
  * AVX-512 F/BW/VL/DQ and BF16.
  * block: as nk_gemm_amx_block, but acc must hold m rounded up to 12 rows (the register tile) and n rounded

@@ -2,6 +2,7 @@
  * test_attention.c - nk_sdpa_forward/backward against a naive double-precision reference that
  * materialises the full score matrix (written independently of the blocked kernels).
  */
+#include "gemm_internal.h"
 #include "kernels_internal.h"
 #include "nk_test.h"
 
@@ -215,11 +216,25 @@ int main(void) {
         {1, 2, 2, 20, 9, 24, 24, true, 0, 0.0, NK_F32},       /* causal with Lq > Lk */
         {1, 2, 2, 9, 20, 16, 16, true, 1, 0.3, NK_F32},       /* dropout + mask + causal */
         {1, 2, 1, 33, 40, 64, 64, true, 0, 0.0, NK_BF16},
+        /* bf16 prefill runs on AMX tiles where the CPU has them; the same cases again below without. */
+        {2, 4, 2, 70, 130, 80, 80, true, 0, 0.0, NK_BF16},   /* GQA, causal, several blocks, D=80 */
+        {1, 3, 1, 1, 150, 64, 64, false, 2, 0.0, NK_BF16},   /* decode: key/value rows read as bf16 */
+        {2, 2, 2, 17, 67, 32, 48, false, 2, 0.0, NK_BF16},   /* Dv != D */
+        {2, 2, 2, 3, 67, 32, 64, false, 2, 0.0, NK_BF16},    /* few rows: dots and values from bf16 rows */
+        {1, 4, 2, 5, 100, 64, 64, true, 0, 0.0, NK_BF16},    /* vector path, values from bf16 rows */
+        {1, 2, 1, 66, 66, 96, 96, false, 1, 0.0, NK_BF16},   /* float mask with -inf, broadcast */
+        {1, 2, 2, 20, 9, 24, 24, true, 0, 0.0, NK_BF16},     /* causal with Lq > Lk */
+        {1, 2, 2, 19, 20, 16, 16, true, 1, 0.3, NK_BF16},    /* dropout + mask + causal */
         {1, 2, 2, 5, 40, 128, 128, false, 2, 0.0, NK_F16},
         {1, 1, 1, 4, 0, 8, 8, false, 0, 0.0, NK_F32},          /* no keys */
         {1, 1, 1, 0, 5, 8, 8, false, 0, 0.0, NK_F32},          /* no queries */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run(&cases[i]);
+    if (nk_gemm_isa_force("avx512")) { /* bf16 without AMX tiles: widened to fp32 */
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            if (cases[i].dt == NK_BF16) run(&cases[i]);
+        nk_gemm_isa_force(nk_gemm_amx_available() ? "amx" : "avx512");
+    }
     nk_threads_set(1);
     run(&cases[1]);
     test_invalid();
