@@ -248,6 +248,33 @@ static void nk_interleave32(float *dst, const float *src, int64_t n) {
         }
 }
 
+/*
+ * Per-thread scratch for the forward, reused across calls: a decode step runs attention over a dozen
+ * heads in a few microseconds, where allocating its seven buffers per call cost as much again.
+ * nk_attn_carve points *bufs[i] at sizes[i] floats (64-byte aligned) of it; false without memory.
+ */
+static _Thread_local struct {
+    float *p;
+    size_t cap;
+} t_attn_scratch;
+
+static bool nk_attn_carve(float **const bufs[], const size_t sizes[], int n) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (sizes[i] + 15) & ~(size_t)15;
+    if (total > t_attn_scratch.cap) {
+        free(t_attn_scratch.p);
+        t_attn_scratch.p = (float *)aligned_alloc(64, total * sizeof(float));
+        t_attn_scratch.cap = t_attn_scratch.p != NULL ? total : 0;
+        if (t_attn_scratch.p == NULL) return false;
+    }
+    float *p = t_attn_scratch.p;
+    for (int i = 0; i < n; i++) {
+        *bufs[i] = p;
+        p += (sizes[i] + 15) & ~(size_t)15;
+    }
+    return true;
+}
+
 static float *nk_attn_alloc(size_t floats) {
     size_t bytes = (floats < 16 ? 16 : floats) * sizeof(float);
     bytes = (bytes + 63) & ~(size_t)63;
@@ -261,16 +288,13 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
     const nk_sdpa_args *a = c->a;
     const nk_attn_simd *simd = c->simd;
     const int64_t Dp = c->Dp, Dvp = c->Dvp, BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
-    float *Q = nk_attn_alloc((size_t)(BQ * Dp));
-    float *O = nk_attn_alloc((size_t)(BQ * Dvp));
-    float *S = nk_attn_alloc((size_t)(BQ * BK));
-    float *Kp = nk_attn_alloc((size_t)(BK * Dp)); /* K rows, or K transposed [Dp, nkp] */
-    float *V = nk_attn_alloc((size_t)(BK * Dvp));
-    float *tmp = nk_attn_alloc((size_t)(2 * BK + 2 * BQ));
-    float *row = nk_attn_alloc((size_t)(Dp > Dvp ? Dp : Dvp));
-    if (!Q || !O || !S || !Kp || !V || !tmp || !row) {
+    float *Q, *O, *S, *Kp, *V, *tmp, *row; /* Kp: K rows, or K transposed [Dp, nkp] */
+    float **const bufs[] = {&Q, &O, &S, &Kp, &V, &tmp, &row};
+    const size_t sizes[] = {(size_t)(BQ * Dp), (size_t)(BQ * Dvp), (size_t)(BQ * BK), (size_t)(BK * Dp),
+                            (size_t)(BK * Dvp), (size_t)(2 * BK + 2 * BQ), (size_t)(Dp > Dvp ? Dp : Dvp)};
+    if (!nk_attn_carve(bufs, sizes, 7)) {
         atomic_store(&c->failed, 1);
-        goto done;
+        return;
     }
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ;
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
@@ -386,14 +410,6 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             *lp = l > 0.f ? mrow[i] + logf(l) : -INFINITY;
         }
     }
-done:
-    free(row);
-    free(Q);
-    free(O);
-    free(S);
-    free(Kp);
-    free(V);
-    free(tmp);
 }
 
 /*
@@ -424,23 +440,21 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     const nk_attn_simd *simd = c->simd;
     const int64_t BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
     const int64_t Dk = nk_round32(c->D), Dv32 = nk_round32(c->Dv);
-    uint16_t *Qa = (uint16_t *)nk_attn_alloc((size_t)(BQ * Dk / 2));
+    float *Qf, *Kf, *Vf, *Pf, *Nf, *S, *O, *tmp;
     /* Packed K and V blocks of the current (batch, key head), kept while consecutive tasks (the query
      * blocks of a head, the heads of a group) reuse them; packed_nk[kb]: keys packed in block kb, 0 none. */
     const int64_t nkb = (c->Lk + BK - 1) / BK;
-    uint16_t *Kc = (uint16_t *)nk_attn_alloc((size_t)(nkb * BK * Dk / 2));
-    uint16_t *Vc = (uint16_t *)nk_attn_alloc((size_t)(nkb * Dv32 * BK / 2));
-    int64_t *packed_nk = (int64_t *)calloc((size_t)(nkb > 0 ? nkb : 1), sizeof(int64_t));
-    int64_t packed_b = -1, packed_hk = -1;
-    uint16_t *Pa = (uint16_t *)nk_attn_alloc((size_t)(BQ * BK / 2));
-    float *S = nk_attn_alloc((size_t)(BQ * BK));
-    float *O = nk_attn_alloc((size_t)(BQ * Dv32));
-    float *tmp = nk_attn_alloc((size_t)(2 * BK + 5 * BQ));
-    const bool tiles = Qa && Kc && Vc && packed_nk && Pa && S && O && tmp && nk_amx_session_begin();
-    if (!tiles) {
+    float **const bufs[] = {&Qf, &Kf, &Vf, &Pf, &Nf, &S, &O, &tmp};
+    const size_t sizes[] = {(size_t)(BQ * Dk / 2), (size_t)(nkb * BK * Dk / 2), (size_t)(nkb * Dv32 * BK / 2),
+                            (size_t)(BQ * BK / 2), (size_t)(2 * nkb), (size_t)(BQ * BK), (size_t)(BQ * Dv32),
+                            (size_t)(2 * BK + 5 * BQ)};
+    if (!nk_attn_carve(bufs, sizes, 8) || !nk_amx_session_begin()) {
         atomic_store(&c->failed, 1);
-        goto done;
+        return;
     }
+    uint16_t *Qa = (uint16_t *)Qf, *Kc = (uint16_t *)Kf, *Vc = (uint16_t *)Vf, *Pa = (uint16_t *)Pf;
+    int64_t *packed_nk = (int64_t *)Nf;
+    int64_t packed_b = -1, packed_hk = -1;
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ, *mnew = lrow + BQ, *alpha = mnew + BQ;
     float *sum = alpha + BQ;
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
@@ -532,15 +546,6 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
         }
     }
     nk_amx_session_end();
-done:
-    free(Qa);
-    free(Kc);
-    free(Vc);
-    free(packed_nk);
-    free(Pa);
-    free(S);
-    free(O);
-    free(tmp);
 }
 
 static bool nk_is4d(const nk_tensor *t) {
