@@ -53,7 +53,7 @@ typedef struct amx_scratch {
     size_t cap;
 } amx_scratch;
 
-static _Thread_local amx_scratch t_amx_a, t_amx_b;
+static _Thread_local amx_scratch t_amx_b;
 
 static uint16_t *amx_scratch_get(amx_scratch *s, size_t n) {
     if (n <= s->cap) return s->p;
@@ -202,29 +202,44 @@ AMX_TARGET static void amx_config(void) {
     _tile_loadconfig(&cfg);
 }
 
-AMX_TARGET bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                                  const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
-    const int64_t np = (n + 31) / 32 * 32;
+/* A packed once for every column block of a task: per depth block of AMX_KC, mp x kp rows (mp = m
+ * rounded up to 32, kp = the block's depth rounded up to 32), blocks one after another. */
+int64_t nk_gemm_amx_packed_a_size(int64_t m, int64_t k) {
+    const int64_t mp = (m + 31) / 32 * 32;
+    int64_t total = 0;
+    for (int64_t pc = 0; pc < k; pc += AMX_KC) total += mp * (((k - pc < AMX_KC ? k - pc : AMX_KC) + 31) / 32 * 32);
+    return total;
+}
+
+void nk_gemm_amx_pack_a(uint16_t *dst, int64_t m, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk) {
+    const int64_t mp = (m + 31) / 32 * 32;
+    for (int64_t pc = 0; pc < k; pc += AMX_KC) {
+        const int64_t kcur = k - pc < AMX_KC ? k - pc : AMX_KC, kp = (kcur + 31) / 32 * 32;
+        pack_a_rows(dst, a + pc * a_sk, a_sm, a_sk, m, kcur, mp, kp);
+        dst += mp * kp;
+    }
+}
+
+AMX_TARGET bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *b,
+                                           int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
+    const int64_t np = (n + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
     const int64_t kc_max = k < AMX_KC ? (k + 31) / 32 * 32 : AMX_KC;
-    const int64_t mc_max = m < AMX_MC ? (m + 31) / 32 * 32 : AMX_MC;
-    uint16_t *ap = amx_scratch_get(&t_amx_a, (size_t)(mc_max * kc_max));
     uint16_t *bp = amx_scratch_get(&t_amx_b, (size_t)(np * kc_max));
-    if (ap == NULL || bp == NULL) return false;
+    if (bp == NULL) return false;
     amx_config();
     for (int64_t pc = 0; pc < k; pc += AMX_KC) {
         const int64_t kcur = k - pc < AMX_KC ? k - pc : AMX_KC;
         const int64_t kp = (kcur + 31) / 32 * 32;
         pack_b_vnni(bp, b + pc * b_sk, b_sk, b_sn, kcur, n, kp);
-        for (int64_t ic = 0; ic < m; ic += AMX_MC) {
-            const int64_t mcur = m - ic < AMX_MC ? m - ic : AMX_MC;
-            const int64_t mp = (mcur + 31) / 32 * 32;
-            pack_a_rows(ap, a + ic * a_sm + pc * a_sk, a_sm, a_sk, mcur, kcur, mp, kp);
+        for (int64_t ic = 0; ic < mp; ic += AMX_MC) {
+            const int64_t mcp = mp - ic < AMX_MC ? mp - ic : AMX_MC;
             for (int64_t jr = 0; jr < np; jr += 32) {
                 const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
-                for (int64_t ir = 0; ir < mp; ir += 32)
-                    amx_kernel(kp, ap + ir * kp, kp, b0, b1, acc + (ic + ir) * ldacc + jr, ldacc, pc > 0);
+                for (int64_t ir = ic; ir < ic + mcp; ir += 32)
+                    amx_kernel(kp, ap + ir * kp, kp, b0, b1, acc + ir * ldacc + jr, ldacc, pc > 0);
             }
         }
+        ap += mp * kp;
     }
     _tile_release();
     return true;
@@ -261,6 +276,21 @@ bool nk_gemm_amx_available(void) {
     return false;
 }
 
+int64_t nk_gemm_amx_packed_a_size(int64_t m, int64_t k) {
+    (void)m, (void)k;
+    return 0;
+}
+
+void nk_gemm_amx_pack_a(uint16_t *dst, int64_t m, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk) {
+    (void)dst, (void)m, (void)k, (void)a, (void)a_sm, (void)a_sk;
+}
+
+bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *b,
+                                int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
+    (void)m, (void)n, (void)k, (void)ap, (void)b, (void)b_sk, (void)b_sn, (void)acc, (void)ldacc;
+    return false;
+}
+
 bool nk_amx_session_begin(void) {
     return false;
 }
@@ -277,9 +307,5 @@ void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_
     (void)mp, (void)np, (void)kp, (void)a, (void)lda, (void)bp, (void)c, (void)ldc, (void)accumulate;
 }
 
-bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                       const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
-    return false;
-}
 
 #endif

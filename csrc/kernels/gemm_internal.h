@@ -63,13 +63,16 @@ void nk_gemm_fma_loop_avx2(int64_t iters, float *sink);
 
 /*
  * bf16 on AMX tiles (gemm_amx.c). available: the CPU has AMX-BF16 and the OS granted the tile state.
- * block: acc[i*ldacc + j] = sum_k a[i, k] b[k, j] in fp32 for i < m, j < n (a, b bf16 with element
- * strides); acc must hold m and n rounded up to 32 (ldacc >= that, a multiple of 16): the padding is
- * written too. Returns false if scratch memory is unavailable.
+ * pack_a: a task's rows of A (m x k bf16, element strides a_sm, a_sk) into packed_a_size(m, k) elements,
+ * once, for all its column blocks. block_packed_a: acc[i*ldacc + j] = sum_k a[i, k] b[k, j] in fp32 for
+ * i < m, j < n (b bf16 with element strides); acc must hold m and n rounded up to 32 (ldacc >= that, a
+ * multiple of 16): the padding is written too. Returns false if scratch memory is unavailable.
  */
 bool nk_gemm_amx_available(void);
-bool nk_gemm_amx_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                       const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+int64_t nk_gemm_amx_packed_a_size(int64_t m, int64_t k);
+void nk_gemm_amx_pack_a(uint16_t *dst, int64_t m, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk);
+bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *b,
+                                int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
 
 /*
  * The same tiles for callers issuing many small products between one begin and end on a thread
@@ -90,7 +93,7 @@ void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_
 /*
  * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has
  * AVX-512 F/BW/VL/DQ and BF16.
- * block: as nk_gemm_amx_block, but acc must hold m rounded up to 12 rows (the register tile) and n rounded
+ * block: as nk_gemm_amx_block_packed_a (A unpacked, with strides), but acc must hold m rounded up to 12 rows (the register tile) and n rounded
  * up to 32 (ldacc >= that); the padding may be written too.
  * skinny_kcontig: c[i*ldc + j] = sum_k a[i*lda + k] * b[k + j*ldb] for i < m <= NK_GEMM_SKINNY_M, j < n,
  * a and b bf16, c fp32; skinny_ncontig: the same with b[k*ldb + j]. Rows of a must be zero from k up to
