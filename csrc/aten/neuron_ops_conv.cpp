@@ -3,10 +3,27 @@
 // dtypes run PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
+#include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
 namespace torch_neuronx {
 namespace {
+
+bool onednn_reports(const char* op) {
+  auto handle = c10::Dispatcher::singleton().findSchema({op, ""});
+  return handle.has_value() && handle->typed<bool()>().call();
+}
+
+// Whether PyTorch's CPU convolution runs dtype st on oneDNN: it does for bf16 and fp16 where the CPU has
+// the instructions oneDNN's kernels need (the checks behind torch.ops.mkldnn._is_mkldnn_*_supported),
+// unless the user turned oneDNN off.
+bool cpu_conv_on_onednn(at::ScalarType st) {
+  static const bool bf16 = onednn_reports("mkldnn::_is_mkldnn_bf16_supported");
+  static const bool fp16 = onednn_reports("mkldnn::_is_mkldnn_fp16_supported");
+  if (!at::globalContext().userEnabledMkldnn()) return false;
+  return st == at::kBFloat16 ? bf16 : (st == at::kHalf ? fp16 : false);
+}
 
 struct Geometry {
   int64_t N, C, H, W, OC, Cg, OCg, kh, kw, OH, OW, groups;
@@ -136,11 +153,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
   at::Tensor w = weight.contiguous();
   at::Tensor gi, gw, gb;
   if (mask[0]) {
-    // bf16: PyTorch's CPU runs it on oneDNN (this device has the bf16 instructions it checks for), which
-    // forms the input gradient in fp32 and rounds once, so the column gradient and col2im's sums stay
-    // fp32 here and the image is rounded at the end. fp16 runs its im2col kernel (oneDNN's fp16 needs
-    // AVX512-FP16): the column in fp16 and col2im rounding after each tap, as below.
-    const bool widen = !g.pointwise && input.scalar_type() == at::kBFloat16;
+    // Where PyTorch's CPU runs the dtype on oneDNN, that forms the input gradient in fp32 and rounds once,
+    // so the column gradient and col2im's sums stay fp32 here and the image is rounded at the end.
+    // Elsewhere it runs its im2col kernel: the column in bf16/fp16 and col2im rounding after each tap.
+    const bool widen = !g.pointwise && cpu_conv_on_onednn(input.scalar_type());
     at::Tensor wk = widen ? w.to(at::kFloat) : w, gk = widen ? go.to(at::kFloat) : go;
     at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, gk.options());
     // contiguous; col2im writes every element
