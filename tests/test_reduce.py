@@ -592,3 +592,18 @@ def test_softmax_exp_range(dtype):
             assert torch.equal(got.cpu()[0, ::3], torch.zeros_like(want[0, ::3]))
             assert torch.equal(got.cpu()[4, 1:], torch.zeros_like(want[4, 1:]))
     close(torch.softmax(x.to(DEV).view(1, 12, 1, n), -1), torch.softmax(x.view(1, 12, 1, n), -1))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_log_softmax_last_dim_rounds_like_cpu(dtype):
+    # PyTorch's CPU keeps the row's exp-sum and its log in bf16/fp16 over the last dim: the same bits here
+    # (an fp32 log-sum differs from it by an ulp or two in most rows).
+    g = torch.Generator().manual_seed(0)
+    for shape in [(64, 7), (16, 33), (8, 100), (3, 5000), (4, 6, 40)]:
+        for noncontig in [False, True]:
+            x = (torch.randn(shape, generator=g) * 4).to(dtype)
+            if noncontig:
+                x = x.transpose(0, -1).contiguous().transpose(0, -1)
+            c, n = both(x)
+            r = native("aten::_log_softmax.out", lambda: F.log_softmax(n, -1))
+            assert torch.equal(r.cpu(), F.log_softmax(c, -1)), (shape, noncontig)

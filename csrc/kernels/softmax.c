@@ -32,7 +32,21 @@ typedef struct nk_sm_job {
     int32_t nops, dim;
     int64_t len;
     bool log;
+    bool round_sum; /* log_softmax over the last dim of bf16/fp16: the CPU's roundings (nk_lsm_shift) */
 } nk_sm_job;
+
+/*
+ * PyTorch's CPU log_softmax over the last dim of a bf16/fp16 tensor keeps the row's sum of
+ * exponentials and its log in the tensor's dtype (rounded twice) and computes (x - max) - log_sum in
+ * fp32, rounding once at the store; other dims and dtypes keep everything in fp32. The shift to apply
+ * to x - max, rounded that way when round_sum is set.
+ */
+static float nk_lsm_shift(const nk_sm_job *j, double s) {
+    const nk_dtype round_to = j->round_sum ? j->ops[1]->dtype : NK_F32;
+    if (round_to == NK_BF16) return nk_bf16_to_f32(nk_f32_to_bf16(logf(nk_bf16_to_f32(nk_f32_to_bf16((float)s)))));
+    if (round_to == NK_F16) return nk_f16_to_f32(nk_f32_to_f16(logf(nk_f16_to_f32(nk_f32_to_f16((float)s)))));
+    return logf((float)s);
+}
 
 static void nk_sm_lines(const nk_sm_job *j, int64_t l, nk_line *lines) {
     const nk_tensor *t0 = j->ops[0];
@@ -73,7 +87,12 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
             float *y = nk_line_f32(out) ? (float *)out->p : buf;
             if (j->log) {
                 const double s = nk_expsub(NULL, x, n, m);
-                nk_axpb(y, x, n, 1.0f, -m - logf((float)s));
+                if (j->round_sum) { /* (x - max) - log_sum, as the CPU associates it */
+                    nk_axpb(y, x, n, 1.0f, -m);
+                    nk_axpb(y, y, n, 1.0f, -nk_lsm_shift(j, s));
+                } else {
+                    nk_axpb(y, x, n, 1.0f, -m - logf((float)s));
+                }
             } else {
                 const double s = nk_expsub(y, x, n, m);
                 nk_axpb(y, y, n, 1.0f / (float)s, 0.0f);
@@ -98,11 +117,14 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
             nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
             s += nk_expsub(NULL, buf, c, m);
         }
-        const float ls = logf((float)s), inv = 1.0f / (float)s;
+        const float ls = nk_lsm_shift(j, s), inv = 1.0f / (float)s;
         for (int64_t i = 0; i < n; i += NK_CHUNK) {
             const int64_t c = n - i < NK_CHUNK ? n - i : NK_CHUNK;
             nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
-            if (j->log) {
+            if (j->log && j->round_sum) {
+                nk_axpb(buf, buf, c, 1.0f, -m);
+                nk_axpb(buf, buf, c, 1.0f, -ls);
+            } else if (j->log) {
                 nk_axpb(buf, buf, c, 1.0f, -m - ls);
             } else {
                 nk_expsub(buf, buf, c, m);
@@ -191,6 +213,8 @@ nk_status nk_softmax(const nk_tensor *out, const nk_tensor *in, int32_t dim, boo
     if (out == NULL || in == NULL) return NK_INVALID;
     if (nk_is_half_or_float(in->dtype) && out->dtype != in->dtype && out->dtype != NK_F32) return NK_UNSUPPORTED;
     nk_sm_job j = {.ops = {out, in}, .nops = 2, .dim = dim, .log = log};
+    if (log && (in->dtype == NK_BF16 || in->dtype == NK_F16) && out->dtype == in->dtype && dim == in->ndim - 1)
+        j.round_sum = true;
     return nk_softmax_launch(&j, nk_softmax_run);
 }
 
