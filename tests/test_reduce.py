@@ -607,3 +607,12 @@ def test_log_softmax_last_dim_rounds_like_cpu(dtype):
             c, n = both(x)
             r = native("aten::_log_softmax.out", lambda: F.log_softmax(n, -1))
             assert torch.equal(r.cpu(), F.log_softmax(c, -1)), (shape, noncontig)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_logsumexp_rounds_like_cpu(dtype):
+    # PyTorch's CPU logsumexp rounds bf16/fp16 after each of its steps: the same bits here.
+    g = torch.Generator().manual_seed(1)
+    for shape, dim in [((64, 7), 1), ((16, 33), 0), ((4, 6, 40), (0, 2))]:
+        c, n = both((torch.randn(shape, generator=g) * 4).to(dtype))
+        assert torch.equal(n.logsumexp(dim).cpu(), c.logsumexp(dim)), (shape, dim)

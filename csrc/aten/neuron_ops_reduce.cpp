@@ -200,9 +200,13 @@ at::Tensor& neuron_all_all_out(const at::Tensor& self, at::Tensor& out) {
   return out;
 }
 
+// PyTorch's CPU logsumexp is a composition (amax, exp(x - max), sum, log, + max) that rounds bf16/fp16 after
+// every step; the one-pass kernel rounds once, so those dtypes run the CPU composition on the same memory.
+bool logsumexp_native_dtype(at::ScalarType st) { return st == at::kFloat || st == at::kDouble; }
+
 at::Tensor neuron_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool keepdim) {
   NEURON_NATIVE("aten::logsumexp");
-  if (at::isFloatingType(self.scalar_type()) && self.numel() > 0) {
+  if (logsumexp_native_dtype(self.scalar_type()) && self.numel() > 0) {
     auto mask = at::native::make_dim_mask(dim, self.dim());
     at::Tensor out = at::empty(at::native::shape_from_dim_mask(self, mask, keepdim), self.options());
     if (reduce_native(self, dim, keepdim, out, NK_REDUCE_LOGSUMEXP)) return out;
@@ -212,7 +216,7 @@ at::Tensor neuron_logsumexp(const at::Tensor& self, at::IntArrayRef dim, bool ke
 
 at::Tensor& neuron_logsumexp_out(const at::Tensor& self, at::IntArrayRef dim, bool keepdim, at::Tensor& out) {
   NEURON_NATIVE("aten::logsumexp.out");
-  if (at::isFloatingType(self.scalar_type()) && out.scalar_type() == self.scalar_type() && self.numel() > 0 &&
+  if (logsumexp_native_dtype(self.scalar_type()) && out.scalar_type() == self.scalar_type() && self.numel() > 0 &&
       out.is_privateuseone() && reduce_native(self, dim, keepdim, out, NK_REDUCE_LOGSUMEXP))
     return out;
   return cpu_out(out, [&](at::Tensor& r) { at::logsumexp_out(r, cpu_alias(self), dim, keepdim); });
