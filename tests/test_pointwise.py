@@ -507,3 +507,11 @@ def test_bf16_fused_bits(n):
     # Strided or mixed-dtype operands take the blocked path.
     _assert_same_bits(torch.add(ad[1::2], bd[::2][: n // 2]), torch.add(a[1::2], b[::2][: n // 2]))
     _assert_same_bits(torch.add(ad, bd.float()), torch.add(a, b.float()))
+
+
+def test_pow_bfloat16_rounds_like_cpu():
+    # PyTorch's CPU computes x**3 and x**-2 of bfloat16 in bfloat16 arithmetic (the square rounded first).
+    x = (torch.rand(4096, generator=torch.Generator().manual_seed(0)) * 8).to(torch.bfloat16)
+    xn = x.to("neuron")
+    for e in (2.0, 3.0, -2.0, -1.0, 0.5, 1.5, 2.5, 4.0):
+        assert torch.equal(xn.pow(e).cpu(), x.pow(e)), e

@@ -184,10 +184,16 @@ static int NK_EW_F(pow_scalar)(void *o_, const void *const *in, int64_t n, const
     float *o = (float *)o_;
     const float *x = (const float *)in[0];
     const double e = A->f64[NK_ARG_VALUE];
+    /* PyTorch's CPU forms x*x*x and 1/(x*x) of bfloat16 in bfloat16 arithmetic, rounding the square. */
+    const bool bf16 = A->reduced == NK_BF16;
     if (e == 2.0) {
         for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i];
+    } else if (e == 3.0 && bf16) {
+        for (int64_t i = 0; i < n; i++) o[i] = nk_bf16_to_f32(nk_f32_to_bf16(x[i] * x[i])) * x[i];
     } else if (e == 3.0) {
         for (int64_t i = 0; i < n; i++) o[i] = x[i] * x[i] * x[i];
+    } else if (e == -2.0 && bf16) {
+        for (int64_t i = 0; i < n; i++) o[i] = 1.0f / nk_bf16_to_f32(nk_f32_to_bf16(x[i] * x[i]));
     } else if (e == -2.0) {
         for (int64_t i = 0; i < n; i++) o[i] = 1.0f / (x[i] * x[i]);
     } else if (e == 0.5) {
