@@ -147,7 +147,12 @@ AVX512_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t l
     for (; k0 + 16 <= k; k0 += 16) {
         __m512 w[8];
 #pragma GCC unroll 8
-        for (int jj = 0; jj < NB; jj++) w[jj] = load16(b + (jj * ldb + k0) * (int64_t)es, dt, 0xFFFF);
+        for (int jj = 0; jj < NB; jj++) {
+            /* The next tile's columns, at the same depth: their rows start streaming now rather than
+             * when that tile begins, and the hardware prefetcher is not left to find each new row. */
+            if (MB >= 4) _mm_prefetch(b + ((NB + jj) * ldb + k0) * (int64_t)es, _MM_HINT_T0);
+            w[jj] = load16(b + (jj * ldb + k0) * (int64_t)es, dt, 0xFFFF);
+        }
 #pragma GCC unroll 8
         for (int ii = 0; ii < MB; ii++) {
             const __m512 x = _mm512_loadu_ps(a + ii * lda + k0);
