@@ -147,14 +147,12 @@ def main() -> None:
             print(f"parameters: {sum(p.numel() for p in cpu.parameters()) / 1e6:.1f}M", flush=True)
         res = {}
         first, res["neuron_compiled"], tok_c = bench_decode(neuron, "neuron", "neuron", args.new_tokens)
-        if dtype == torch.float32:
-            cold = first  # the cache was empty: the warm-cache child below compiles this graph again
         print(f"{dtype}: decode compile {first:.1f} s", flush=True)
         _, res["neuron_eager"], tok_e = bench_decode(neuron, "neuron", None, args.new_tokens)
         cpu_compile, res["cpu_inductor"], tok_cpu = bench_decode(cpu, "cpu", "inductor", args.new_tokens)
         _, res["cpu_eager"], tok_cpu_e = bench_decode(cpu, "cpu", None, args.new_tokens)
-        if dtype == torch.float32:
-            cpu_cold = cpu_compile
+        if dtype == torch.float32:  # the cache was empty: the warm-cache child below compiles this graph again
+            cold, cpu_cold = first, cpu_compile
         # In reduced precision Inductor keeps fused intermediates in fp32, so compiled and eager round
         # differently and greedy tokens of a random model may part; the CPU pair shows the same.
         print(f"{dtype} tokens: compiled neuron == eager neuron: {torch.equal(tok_c, tok_e)}; "

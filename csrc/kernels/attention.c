@@ -29,7 +29,6 @@ typedef struct nk_attn_simd {
     void (*gemv_dots_bf16)(int64_t n, int64_t d, const float *q, const uint16_t *K, int64_t ldk, float *s);
     float (*row_max)(const float *s, int64_t n);
     float (*row_scale_max)(float *s, int64_t n, float scale);
-    void (*row_to_bf16)(const float *s, int64_t n, uint16_t *p);
     void (*rows_exp_sum)(float *S, int64_t ld, int64_t rows, int64_t n, const float *m, float *sum);
     void (*vec_exp_diff)(const float *a, const float *b, float *out, int64_t n);
     float (*row_exp_sum)(float *s, int64_t n, float m);
@@ -133,7 +132,6 @@ static const nk_attn_simd nk_attn_simd_table_avx2 = {
     .gemv_dots = nk_gemv_dots_avx2,
     .row_max = nk_row_max_avx2,
     .row_scale_max = nk_row_scale_max_avx2,
-    .row_to_bf16 = nk_row_to_bf16_avx2,
     .rows_exp_sum = nk_rows_exp_sum_avx2,
     .vec_exp_diff = nk_vec_exp_diff_avx2,
     .row_exp_sum = nk_row_exp_sum_avx2,
@@ -281,6 +279,17 @@ static float *nk_attn_alloc(size_t floats) {
     return (float *)aligned_alloc(64, bytes);
 }
 
+/* Output row qi of head (b, h): o (fp32, normalised here by the softmax sum l) stored in the output's
+ * dtype, and the log-sum-exp m + log(l) (-inf for a row that attended nothing). */
+static void nk_sdpa_store_row(const nk_sdpa_ctx *c, int64_t b, int64_t h, int64_t qi, float *o, float m, float l) {
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
+    const nk_tensor *out = c->out, *lse = c->lse;
+    if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, qi), out->strides[3], o, 1, c->Dv);
+    float *lp = (float *)lse->data + b * lse->strides[0] + h * lse->strides[1] + qi * lse->strides[2];
+    *lp = l > 0.f ? m + logf(l) : -INFINITY;
+}
+
 /* ---- forward ---------------------------------------------------------------------------------- */
 
 static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
@@ -395,19 +404,12 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             }
         }
         for (int64_t i = 0; i < mq; i++) {
-            const float l = lrow[i];
-            const float inv = l > 0.f ? 1.f / l : 0.f;
             float *o = O + i * Dvp;
-            for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
             if (direct_vb) { /* gemm_acc_bf16 left the row deinterleaved */
                 nk_interleave32(row, o, c->Dv);
                 o = row;
             }
-            const nk_tensor *out = c->out;
-            if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, q0 + i), out->strides[3], o, 1, c->Dv);
-            const nk_tensor *lse = c->lse;
-            float *lp = (float *)c->lse->data + b * lse->strides[0] + h * lse->strides[1] + (q0 + i) * lse->strides[2];
-            *lp = l > 0.f ? mrow[i] + logf(l) : -INFINITY;
+            nk_sdpa_store_row(c, b, h, q0 + i, o, mrow[i], lrow[i]);
         }
     }
 }
@@ -421,18 +423,6 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
 static int64_t nk_round32(int64_t x) {
     return (x + 31) & ~(int64_t)31;
 }
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* p[j] = bf16(s[j]) for j < n (a multiple of 32) with vcvtne2ps2bf16 (round to nearest even; a NaN stays
- * a NaN, whatever its payload). Every CPU with AMX-BF16 has this instruction. */
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) static void nk_row_to_bf16_dp(const float *s, int64_t n,
-                                                                                    uint16_t *p) {
-    for (int64_t j = 0; j < n; j += 32) {
-        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + j + 16), _mm512_loadu_ps(s + j));
-        _mm512_storeu_si512((void *)(p + j), (__m512i)v);
-    }
-}
-#endif
 
 static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
@@ -525,25 +515,11 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
                     nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
                     for (int64_t j = 0; j < nk; j++) s[j] *= z[j];
                 }
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-                nk_row_to_bf16_dp(s, nkp, p);
-#else
-                simd->row_to_bf16(s, nkp, p);
-#endif
+                nk_amx_row_to_bf16(s, nkp, p);
             }
             nk_amx_matmul(mp, Dv32, nkp, Pa, BK, Vp, O, Dv32, true);
         }
-        for (int64_t i = 0; i < mq; i++) {
-            const float l = lrow[i];
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            float *o = O + i * Dv32;
-            for (int64_t d = 0; d < c->Dv; d++) o[d] *= inv;
-            const nk_tensor *out = c->out;
-            if (c->Dv > 0) c->from_f32((char *)nk_at(out, c->es, b, h, q0 + i), out->strides[3], o, 1, c->Dv);
-            const nk_tensor *lse = c->lse;
-            float *lp = (float *)c->lse->data + b * lse->strides[0] + h * lse->strides[1] + (q0 + i) * lse->strides[2];
-            *lp = l > 0.f ? mrow[i] + logf(l) : -INFINITY;
-        }
+        for (int64_t i = 0; i < mq; i++) nk_sdpa_store_row(c, b, h, q0 + i, O + i * Dv32, mrow[i], lrow[i]);
     }
     nk_amx_session_end();
 }

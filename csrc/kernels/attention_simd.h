@@ -18,9 +18,7 @@ typedef float nk_v8f __attribute__((vector_size(32)));
 typedef float nk_v4f __attribute__((vector_size(16)));
 typedef int32_t nk_v8i __attribute__((vector_size(32)));
 
-typedef uint16_t nk_v16h_u __attribute__((vector_size(32), aligned(2), may_alias));
 typedef uint32_t nk_v16u __attribute__((vector_size(64)));
-typedef uint16_t nk_v16h __attribute__((vector_size(32)));
 typedef uint32_t nk_v16w_u __attribute__((vector_size(64), aligned(2), may_alias));
 
 #ifndef NK_ATTN_SIMD_ONCE
@@ -154,17 +152,6 @@ NK_TGT static float NK_SFX(nk_row_scale_max)(float *s, int64_t n, float scale) {
     return NK_SFX(nk_vhmax)(m);
 }
 
-/* p[j] = bf16(s[j]) rounded to nearest even (NaN -> 0x7FC0, as nk_f32_to_bf16). */
-NK_TGT static void NK_SFX(nk_row_to_bf16)(const float *s, int64_t n, uint16_t *p) {
-    for (int64_t j = 0; j < n; j += 16) {
-        const nk_v16u u = (nk_v16u)NK_VLOAD(s + j);
-        const nk_v16u r = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-        const nk_v16u nan = (nk_v16u)((u & 0x7FFFFFFFu) > 0x7F800000u);
-        const nk_v16u w = (r & ~nan) | (0x7FC0u & nan);
-        *(nk_v16h_u *)(void *)(p + j) = __builtin_convertvector(w, nk_v16h);
-    }
-}
-
 /* s[j] = exp(s[j] - m); returns the sum. */
 NK_TGT static float NK_SFX(nk_row_exp_sum)(float *s, int64_t n, float m) {
     nk_v16f acc = NK_SFX(nk_vsplat)(0.f);
@@ -186,15 +173,9 @@ NK_TGT static void NK_SFX(nk_rows_exp_sum)(float *S, int64_t ld, int64_t rows, i
         if (m[r] == -INFINITY) {
             for (int64_t j = 0; j < n; j += 16) NK_VSTORE(s + j, NK_SFX(nk_vsplat)(0.f));
             sum[r] = 0.f;
-            continue;
+        } else {
+            sum[r] = NK_SFX(nk_row_exp_sum)(s, n, m[r]);
         }
-        nk_v16f acc = NK_SFX(nk_vsplat)(0.f);
-        for (int64_t j = 0; j < n; j += 16) {
-            const nk_v16f e = NK_SFX(nk_vexp)(NK_VLOAD(s + j) - m[r]);
-            NK_VSTORE(s + j, e);
-            acc += e;
-        }
-        sum[r] = NK_SFX(nk_vhsum)(acc);
     }
 }
 
@@ -375,7 +356,6 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
     .gemv_dots_bf16 = NK_SFX(nk_gemv_dots_bf16),
     .row_max = NK_SFX(nk_row_max),
     .row_scale_max = NK_SFX(nk_row_scale_max),
-    .row_to_bf16 = NK_SFX(nk_row_to_bf16),
     .rows_exp_sum = NK_SFX(nk_rows_exp_sum),
     .vec_exp_diff = NK_SFX(nk_vec_exp_diff),
     .row_exp_sum = NK_SFX(nk_row_exp_sum),

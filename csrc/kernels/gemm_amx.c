@@ -202,6 +202,15 @@ AMX_TARGET static void amx_config(void) {
     _tile_loadconfig(&cfg);
 }
 
+/* The products of a tile session and of nk_gemm_amx_block_packed_a: B panel pairs outer, A rows inner. */
+AMX_TARGET void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda,
+                              const uint16_t *bp, float *c, int64_t ldc, bool accumulate) {
+    for (int64_t jr = 0; jr < np; jr += 32) {
+        const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
+        for (int64_t ir = 0; ir < mp; ir += 32) amx_kernel(kp, a + ir * lda, lda, b0, b1, c + ir * ldc + jr, ldc, accumulate);
+    }
+}
+
 /* A packed once for every column block of a task: per depth block of AMX_KC, mp x kp rows (mp = m
  * rounded up to 32, kp = the block's depth rounded up to 32), blocks one after another. */
 int64_t nk_gemm_amx_packed_a_size(int64_t m, int64_t k) {
@@ -231,14 +240,9 @@ AMX_TARGET bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, cons
         const int64_t kcur = k - pc < AMX_KC ? k - pc : AMX_KC;
         const int64_t kp = (kcur + 31) / 32 * 32;
         pack_b_vnni(bp, b + pc * b_sk, b_sk, b_sn, kcur, n, kp);
-        for (int64_t ic = 0; ic < mp; ic += AMX_MC) {
-            const int64_t mcp = mp - ic < AMX_MC ? mp - ic : AMX_MC;
-            for (int64_t jr = 0; jr < np; jr += 32) {
-                const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
-                for (int64_t ir = ic; ir < ic + mcp; ir += 32)
-                    amx_kernel(kp, ap + ir * kp, kp, b0, b1, acc + ir * ldacc + jr, ldacc, pc > 0);
-            }
-        }
+        for (int64_t ic = 0; ic < mp; ic += AMX_MC)
+            nk_amx_matmul(mp - ic < AMX_MC ? mp - ic : AMX_MC, np, kp, ap + ic * kp, kp, bp, acc + ic * ldacc, ldacc,
+                          pc > 0);
         ap += mp * kp;
     }
     _tile_release();
@@ -262,11 +266,12 @@ void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int
     pack_b_vnni(dst, b, sk, sn, kcur, ncur, kp);
 }
 
-AMX_TARGET void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda,
-                              const uint16_t *bp, float *c, int64_t ldc, bool accumulate) {
-    for (int64_t jr = 0; jr < np; jr += 32) {
-        const uint16_t *b0 = bp + jr * kp, *b1 = bp + (jr + 16) * kp;
-        for (int64_t ir = 0; ir < mp; ir += 32) amx_kernel(kp, a + ir * lda, lda, b0, b1, c + ir * ldc + jr, ldc, accumulate);
+/* Every CPU with AMX-BF16 has vcvtne2ps2bf16 too. */
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void nk_amx_row_to_bf16(const float *s, int64_t n,
+                                                                               uint16_t *p) {
+    for (int64_t j = 0; j < n; j += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(s + j + 16), _mm512_loadu_ps(s + j));
+        _mm512_storeu_si512((void *)(p + j), (__m512i)v);
     }
 }
 
@@ -307,5 +312,8 @@ void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_
     (void)mp, (void)np, (void)kp, (void)a, (void)lda, (void)bp, (void)c, (void)ldc, (void)accumulate;
 }
 
+void nk_amx_row_to_bf16(const float *s, int64_t n, uint16_t *p) {
+    (void)s, (void)n, (void)p;
+}
 
 #endif

@@ -89,6 +89,8 @@ void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int
                    int64_t kp);
 void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint16_t *bp,
                    float *c, int64_t ldc, bool accumulate);
+/* p[j] = bf16(s[j]) for j < n (a multiple of 32), rounded to nearest even (a NaN stays a NaN). */
+void nk_amx_row_to_bf16(const float *s, int64_t n, uint16_t *p);
 
 /*
  * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has

@@ -38,14 +38,29 @@ typedef struct nk_sm_job {
 /*
  * PyTorch's CPU log_softmax over the last dim of a bf16/fp16 tensor keeps the row's sum of
  * exponentials and its log in the tensor's dtype (rounded twice) and computes (x - max) - log_sum in
- * fp32, rounding once at the store; other dims and dtypes keep everything in fp32. The shift to apply
- * to x - max, rounded that way when round_sum is set.
+ * fp32, rounding once at the store; other dims and dtypes keep everything in fp32. nk_lsm_shift: the
+ * log-sum to subtract from x - max, rounded that way when round_sum is set.
  */
+static float nk_round_to(nk_dtype t, float v) {
+    double buf;
+    nk_store_f32((char *)&buf, t, v);
+    return nk_load_f32((const char *)&buf, t);
+}
+
 static float nk_lsm_shift(const nk_sm_job *j, double s) {
-    const nk_dtype round_to = j->round_sum ? j->ops[1]->dtype : NK_F32;
-    if (round_to == NK_BF16) return nk_bf16_to_f32(nk_f32_to_bf16(logf(nk_bf16_to_f32(nk_f32_to_bf16((float)s)))));
-    if (round_to == NK_F16) return nk_f16_to_f32(nk_f32_to_f16(logf(nk_f16_to_f32(nk_f32_to_f16((float)s)))));
-    return logf((float)s);
+    if (!j->round_sum) return logf((float)s);
+    const nk_dtype t = j->ops[1]->dtype;
+    return nk_round_to(t, logf(nk_round_to(t, (float)s)));
+}
+
+/* y = log_softmax of x given its max m and shift ls, associated as the CPU does for the rounded case. */
+static void nk_lsm_apply(const nk_sm_job *j, float *y, const float *x, int64_t n, float m, float ls) {
+    if (j->round_sum) {
+        nk_axpb(y, x, n, 1.0f, -m);
+        nk_axpb(y, y, n, 1.0f, -ls);
+    } else {
+        nk_axpb(y, x, n, 1.0f, -m - ls);
+    }
 }
 
 static void nk_sm_lines(const nk_sm_job *j, int64_t l, nk_line *lines) {
@@ -86,13 +101,7 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
             const float m = nk_max(x, n, 1);
             float *y = nk_line_f32(out) ? (float *)out->p : buf;
             if (j->log) {
-                const double s = nk_expsub(NULL, x, n, m);
-                if (j->round_sum) { /* (x - max) - log_sum, as the CPU associates it */
-                    nk_axpb(y, x, n, 1.0f, -m);
-                    nk_axpb(y, y, n, 1.0f, -nk_lsm_shift(j, s));
-                } else {
-                    nk_axpb(y, x, n, 1.0f, -m - logf((float)s));
-                }
+                nk_lsm_apply(j, y, x, n, m, nk_lsm_shift(j, nk_expsub(NULL, x, n, m)));
             } else {
                 const double s = nk_expsub(y, x, n, m);
                 nk_axpb(y, y, n, 1.0f / (float)s, 0.0f);
@@ -121,11 +130,8 @@ static void nk_softmax_run(void *ctx, int64_t b, int64_t e) {
         for (int64_t i = 0; i < n; i += NK_CHUNK) {
             const int64_t c = n - i < NK_CHUNK ? n - i : NK_CHUNK;
             nk_rgather(buf, nk_line_at(in, i), c, in->s, in->t);
-            if (j->log && j->round_sum) {
-                nk_axpb(buf, buf, c, 1.0f, -m);
-                nk_axpb(buf, buf, c, 1.0f, -ls);
-            } else if (j->log) {
-                nk_axpb(buf, buf, c, 1.0f, -m - ls);
+            if (j->log) {
+                nk_lsm_apply(j, buf, buf, c, m, ls);
             } else {
                 nk_expsub(buf, buf, c, m);
                 nk_axpb(buf, buf, c, inv, 0.0f);
