@@ -177,8 +177,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
     if (widen) gi = gi.to(input.scalar_type());
   }
   if (mask[1]) {
-    // One product per group over all images (k = N*OH*OW), so the batch sum is accumulated in fp32
-    // inside the GEMM and rounded once, as PyTorch's CPU kernel does for bf16/fp16.
+    // Where PyTorch's CPU runs the dtype on oneDNN, the batch sum is accumulated in fp32 and rounded once:
+    // one product per group over all images (k = N*OH*OW). Its im2col kernel instead adds each image's
+    // product into the bf16/fp16 gradient, rounding after every image: one product per image then.
+    const bool per_image = input.scalar_type() != at::kFloat && !cpu_conv_on_onednn(input.scalar_type());
     gw = at::empty(w.sizes(), w.options());
     at::Tensor cols = at::empty({K, g.N * P}, input.options());  // image n in columns [n*P, (n+1)*P)
     // grad_output as [OC, N*P]: one copy, so a group's rows are one matrix with unit column stride.
@@ -188,10 +190,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
         nk_tensor c = nk_of(cols.narrow(1, n * P, P), op), i = nk_of(input[n].narrow(0, grp * g.Cg, g.Cg), op);
         check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
       }
-      nk_tensor a = nk_of(go_t.narrow(0, grp * g.OCg, g.OCg), op);
-      nk_tensor b = transposed(nk_of(cols, op));  // [N*P, K]
+      at::Tensor go_g = go_t.narrow(0, grp * g.OCg, g.OCg);
       nk_tensor o = matrix(gw.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op);
-      gemm(o, a, b, nullptr, 0.0, op, input);
+      if (!per_image) {
+        gemm(o, nk_of(go_g, op), transposed(nk_of(cols, op)), nullptr, 0.0, op, input);  // [OCg, N*P] x [N*P, K]
+        continue;
+      }
+      for (int64_t n = 0; n < g.N; ++n)
+        gemm(o, nk_of(go_g.narrow(1, n * P, P), op), transposed(nk_of(cols.narrow(1, n * P, P), op)), &o,
+             n == 0 ? 0.0 : 1.0, op, input);
     }
   }
   if (mask[2]) gb = go.sum({0, 2, 3});
