@@ -13,6 +13,7 @@
 #include "gemm_internal.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -125,6 +126,7 @@ typedef struct gemm_problem {
     const nk_gemm_isa *isa;
     nk_gemm_blocking blk;
     bf16_kind bf16;         /* how bf16 runs (dt == NK_BF16 only) */
+    bool stream_b;          /* B likely comes from DRAM: the dot kernels prefetch it (gemm_avx512bf16.c) */
     int64_t mparts, nparts; /* tasks per batch entry: an mparts x nparts grid */
     atomic_int failed;      /* a scratch allocation failed */
 } gemm_problem;
@@ -412,7 +414,8 @@ static void gemm_bf16_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, 
         const int64_t ncur = n1 - jc < nc ? n1 - jc : nc;
         const uint16_t *b = (const uint16_t *)p->b + bi * p->b_bs + jc * p->b_sn;
         const bool ok = amx ? nk_gemm_amx_block_packed_a(mt, ncur, p->k, apack, b, p->b_sk, p->b_sn, acc, ldacc)
-                            : nk_gemm_dpbf16_block(mt, ncur, p->k, a, p->a_sm, p->a_sk, b, p->b_sk, p->b_sn, acc, ldacc);
+                            : nk_gemm_dpbf16_block(mt, ncur, p->k, a, p->a_sm, p->a_sk, b, p->b_sk, p->b_sn, acc, ldacc,
+                                                   p->stream_b);
         if (!ok) {
             atomic_store(&p->failed, 1);
             return;
@@ -566,6 +569,24 @@ static void gemm_k0(const gemm_problem *p) {
             }
 }
 
+/* The L3 cache of cpu0, from sysfs (glibc's sysconf reports a whole EPYC socket's L3, 384 MiB, on a
+ * VM that has one 32 MiB slice); 32 MiB where it is not there. */
+static int64_t l3_bytes(void) {
+    static _Atomic int64_t cached;
+    int64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v == 0) {
+        long long kib = 0;
+        FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+        if (f != NULL) {
+            if (fscanf(f, "%lldK", &kib) != 1) kib = 0;
+            fclose(f);
+        }
+        v = kib > 0 ? (int64_t)kib << 10 : (int64_t)32 << 20;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static void swap64(int64_t *x, int64_t *y) {
     int64_t t = *x;
     *x = *y;
@@ -642,6 +663,7 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
         swap64(&p.s_sm, &p.s_sn);
     }
     if (p.m <= skinny_m && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
+    p.stream_b = (double)p.k * (double)p.n * (double)p.es > 0.5 * (double)l3_bytes();
 
     const int threads = nk_threads_get();
     int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;

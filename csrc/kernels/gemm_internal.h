@@ -103,7 +103,7 @@ void nk_amx_row_to_bf16(const float *s, int64_t n, uint16_t *p);
  */
 bool nk_gemm_dpbf16_available(void);
 bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc);
+                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc, bool stream_b);
 void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                                    const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
