@@ -126,7 +126,7 @@ typedef struct gemm_problem {
     const nk_gemm_isa *isa;
     nk_gemm_blocking blk;
     bf16_kind bf16;         /* how bf16 runs (dt == NK_BF16 only) */
-    bool stream_b;          /* B likely comes from DRAM: the dot kernels prefetch it (gemm_avx512bf16.c) */
+    bool stream_b;          /* B likely comes from DRAM: the micro-kernels prefetch it (nk_gemm_prefetch) */
     int64_t mparts, nparts; /* tasks per batch entry: an mparts x nparts grid */
     atomic_int failed;      /* a scratch allocation failed */
 } gemm_problem;
@@ -277,6 +277,18 @@ static void pack_b(float *dst, const char *b, nk_dtype dt, int64_t es, int64_t s
     }
 }
 
+int64_t nk_gemm_prefetch_init(nk_gemm_prefetch *pf, const char *b, int64_t es, int64_t sk, int64_t sn, int64_t kcur,
+                              int64_t cols) {
+    pf->run = b, pf->line = 0, pf->n = 0;
+    if (sk == 1) /* each column a run of kcur elements */
+        pf->stride = sn * es, pf->per_run = (kcur * es + 63) / 64;
+    else if (sn == 1) /* each row a run of cols elements */
+        pf->stride = sk * es, pf->per_run = (cols * es + 63) / 64;
+    else
+        return pf->per_run = 0;
+    return pf->per_run * (sk == 1 ? cols : kcur);
+}
+
 /* ---- packed path ------------------------------------------------------------------------------------------ */
 
 static void split_range(int64_t total, int64_t parts, int64_t unit, int64_t part, int64_t *b, int64_t *e) {
@@ -290,7 +302,8 @@ static void split_range(int64_t total, int64_t parts, int64_t unit, int64_t part
 
 /*
  * One task: rows [m0, m1) x columns [n0, n1) of batch entry bi, on one thread. Loops, outermost
- * first: nc columns (jc), kc depth (pc: pack B), mc rows (ic: pack A), NR columns (jr), MR rows (ir:
+ * first: nc columns (jc), kc depth (pc), mc rows (ic: pack A), NR columns (jr: the first row block packs
+ * the B micro-panel), MR rows (ir:
  * micro-kernel). The fp32 accumulator is the output itself when it is fp32 with unit column stride
  * and nothing is added to it (beta == 0); otherwise a per-thread buffer that store_block rounds into
  * the output once all of k is summed.
@@ -336,24 +349,36 @@ static void gemm_packed_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
         for (int64_t pc = 0; pc < p->k; pc += kc) {
             const int64_t kcur = p->k - pc < kc ? p->k - pc : kc;
             const bool accumulate = pc > 0;
-            pack_b(bp, bbase + (pc * p->b_sk + jc * p->b_sn) * es, p->dt, es, p->b_sk, p->b_sn, kcur, ncur, nr,
-                   isa->pack_b_kcontig);
+            const char *bk = bbase + (pc * p->b_sk + jc * p->b_sn) * es;
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 const int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
+                const int64_t parts = (mcur + mr - 1) / mr;
                 pack_a(ap, abase + (ic * p->a_sm + pc * p->a_sk) * es, p->dt, es, p->a_sm, p->a_sk, mcur, kcur, mr,
                        isa->pack_a_kcontig);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     const int64_t cols = ncur - jr < nr ? ncur - jr : nr;
-                    const float *pb = bp + jr * kcur;
+                    float *pb = bp + jr * kcur;
+                    /* The first row block packs each B micro-panel right before it uses it (it is still
+                     * in L1 then), the micro-kernels prefetching the next one's source meanwhile when B
+                     * comes from DRAM; the other row blocks find the panels packed. */
+                    const bool first = ic == m0, next = p->stream_b && first && jr + nr < ncur;
+                    if (first)
+                        pack_b(pb, bk + jr * p->b_sn * es, p->dt, es, p->b_sk, p->b_sn, kcur, cols, nr,
+                               isa->pack_b_kcontig);
+                    nk_gemm_prefetch pf = {0};
+                    const int64_t lines = next ? nk_gemm_prefetch_init(&pf, bk + (jr + nr) * p->b_sn * es, es, p->b_sk,
+                                                                       p->b_sn, kcur, ncur - jr - nr < nr ? ncur - jr - nr : nr)
+                                               : 0;
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
-                        const int64_t rows = mcur - ir < mr ? mcur - ir : mr;
+                        const int64_t rows = mcur - ir < mr ? mcur - ir : mr, part = ir / mr;
                         const float *pa = ap + ir * kcur;
                         float *ct = acc + (ic - m0 + ir) * ldacc + jr;
+                        pf.n = lines * (part + 1) / parts - lines * part / parts;
                         if (rows == mr && cols == nr) {
-                            isa->ukr(kcur, pa, pb, ct, ldacc, accumulate);
+                            isa->ukr(kcur, pa, pb, ct, ldacc, accumulate, &pf);
                             continue;
                         }
-                        isa->ukr(kcur, pa, pb, tile, nr, false);
+                        isa->ukr(kcur, pa, pb, tile, nr, false, &pf);
                         for (int64_t i = 0; i < rows; i++)
                             for (int64_t j = 0; j < cols; j++)
                                 ct[i * ldacc + j] = accumulate ? ct[i * ldacc + j] + tile[i * nr + j] : tile[i * nr + j];

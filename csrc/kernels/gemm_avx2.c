@@ -17,8 +17,11 @@
 
 /* 6 x 16: 12 ymm accumulators + 2 B vectors + 1 broadcast of the 16 registers. */
 AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
-                                 bool accumulate) {
+                                 bool accumulate, nk_gemm_prefetch *pf) {
     __m256 acc[MR][2];
+    nk_gemm_prefetch w = *pf;
+    const int64_t pstep = w.n > 0 ? (kc / w.n > 0 ? kc / w.n : 1) : kc + 1;
+    int64_t pnext = 0;
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and conflict
@@ -31,6 +34,11 @@ AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, f
         const __m256 b1 = _mm256_load_ps(pb + 8);
         /* The A micro-panel streams from L2: ask for it a few iterations early. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
+        if (k == pnext && w.n > 0) {
+            nk_gemm_prefetch_next(&w);
+            w.n--;
+            pnext += pstep;
+        }
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             const __m256 a = _mm256_broadcast_ss(pa + i);
@@ -40,6 +48,7 @@ AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, f
         pa += MR;
         pb += NR;
     }
+    *pf = w; /* the next call continues the walk */
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
         float *cr = c + i * ldc;

@@ -21,8 +21,11 @@
  * FMAs against 2 loads + 12 broadcasts, so the two FMA ports, not the load ports, are the limit.
  */
 AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
-                                     bool accumulate) {
+                                     bool accumulate, nk_gemm_prefetch *pf) {
     __m512 acc[MR][2];
+    nk_gemm_prefetch w = *pf;
+    const int64_t pstep = w.n > 0 ? (kc / w.n > 0 ? kc / w.n : 1) : kc + 1;
+    int64_t pnext = 0;
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (accumulate) nk_tile_prefetch_c(c, ldc, MR);
@@ -31,6 +34,11 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
         const __m512 b1 = _mm512_load_ps(pb + 16);
         /* The A micro-panel streams from L2: ask for it a few iterations early. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
+        if (k == pnext && w.n > 0) {
+            nk_gemm_prefetch_next(&w);
+            w.n--;
+            pnext += pstep;
+        }
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             const __m512 a = _mm512_set1_ps(pa[i]);
@@ -40,6 +48,7 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
         pa += MR;
         pb += NR;
     }
+    *pf = w; /* the next call continues the walk */
     nk_tile_store_c(c, ldc, acc, MR, accumulate);
 }
 

@@ -69,19 +69,16 @@ DP_INLINE __m512bh as_bh(__m512i v) {
  * c (R x 32 fp32, row stride ldc) = (accumulate ? c : 0) + pa . pb over kq pairs, for the first R rows of
  * a 12-row A micro-panel. At R = 12: 24 accumulators, two B vectors and a broadcast A word per pair, 24
  * dot instructions against 2 vector loads and 12 broadcasts, so the dot unit stays the limit. A smaller
- * R serves the last rows of A (M = 128 is 10 x 12 + 8) without multiplying zeros. The n lines of pf are
- * prefetched into L2 one every kq / n pairs (see prefetch_b_panel).
+ * R serves the last rows of A (M = 128 is 10 x 12 + 8) without multiplying zeros. The lines of pf are
+ * prefetched into L2 one every kq / n pairs (nk_gemm_prefetch).
  */
-typedef struct pf_list {
-    const char *line[256];
-    int n;
-} pf_list;
 
 DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                        bool accumulate, const pf_list *pf) {
+                        bool accumulate, nk_gemm_prefetch *pf) {
     __m512 acc[MR][2];
-    const int64_t pstep = pf->n > 0 ? (kq / pf->n > 0 ? kq / pf->n : 1) : kq + 1;
-    int64_t pnext = 0, pi = 0;
+    nk_gemm_prefetch w = *pf;
+    const int64_t pstep = w.n > 0 ? (kq / w.n > 0 ? kq / w.n : 1) : kq + 1;
+    int64_t pnext = 0;
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (accumulate) nk_tile_prefetch_c(c, ldc, R);
@@ -90,9 +87,9 @@ DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint3
         const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
         /* The A micro-panel streams from L2. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        if (q == pnext && pi < pf->n) {
-            _mm_prefetch(pf->line[pi], _MM_HINT_T1);
-            pi++;
+        if (q == pnext && w.n > 0) {
+            nk_gemm_prefetch_next(&w);
+            w.n--;
             pnext += pstep;
         }
 #pragma GCC unroll 12
@@ -104,19 +101,20 @@ DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint3
         pa += MR;
         pb += NR;
     }
+    *pf = w; /* the next call continues the walk */
     nk_tile_store_c(c, ldc, acc, R, accumulate);
 }
 
 DP_TARGET static void ukr_dp12(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                               bool accumulate, const pf_list *pf) {
+                               bool accumulate, nk_gemm_prefetch *pf) {
     ukr_rows(12, kq, pa, pb, c, ldc, accumulate, pf);
 }
 DP_TARGET static void ukr_dp8(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                               bool accumulate, const pf_list *pf) {
+                               bool accumulate, nk_gemm_prefetch *pf) {
     ukr_rows(8, kq, pa, pb, c, ldc, accumulate, pf);
 }
 DP_TARGET static void ukr_dp4(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                               bool accumulate, const pf_list *pf) {
+                               bool accumulate, nk_gemm_prefetch *pf) {
     ukr_rows(4, kq, pa, pb, c, ldc, accumulate, pf);
 }
 
@@ -250,35 +248,6 @@ DP_TARGET static void pack_b_panel(uint32_t *d, const uint16_t *b, int64_t sk, i
     }
 }
 
-/*
- * Lists part `part` of `parts` of the cache lines the next B micro-panel will be packed from, for the
- * micro-kernel to prefetch into L2 at an even pace while it computes (ukr_rows). A weight larger than
- * the L3 comes from DRAM, and the packer would wait on it with the dot unit idle: on Zen 5 the panel's
- * 32 interleaved row streams defeat the hardware prefetcher (M=128 x 768 x 32000: 9.9 -> 7.7 ms). The
- * same lines prefetched in one burst before each micro-kernel call gained nothing, and for a B that
- * stays in the L3 the prefetches cost 3-9%, so they are used only for B above half the L3.
- */
-static inline void prefetch_b_panel(const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t cols,
-                                    int64_t part, int64_t parts, pf_list *pf) {
-    pf->n = 0;
-    if (sk == 1) {
-        const int64_t per_col = (kcur + 31) / 32, total = per_col * cols;
-        const int64_t l1 = total * (part + 1) / parts;
-        const int64_t l0 = total * part / parts;
-        int64_t col = l0 / per_col, line = l0 % per_col;
-        for (int64_t l = l0; l < l1 && pf->n < 256; l++) {
-            pf->line[pf->n++] = (const char *)(b + col * sn + line * 32);
-            if (++line == per_col) line = 0, col++;
-        }
-    } else if (sn == 1) {
-        const int64_t l1 = kcur * (part + 1) / parts;
-        for (int64_t l = kcur * part / parts; l < l1 && pf->n < 255; l++) {
-            pf->line[pf->n++] = (const char *)(b + l * sk);
-            pf->line[pf->n++] = (const char *)(b + l * sk + cols - 1);
-        }
-    }
-}
-
 DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
                                     const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc,
                                     bool stream_b) {
@@ -309,12 +278,13 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
                  * next one's source meanwhile; the other row blocks find the panels packed. */
                 const bool first = ic == 0, next = stream_b && first && jr + NR < n;
                 if (first) pack_b_panel(pb, bk + jr * b_sn, b_sk, b_sn, kcur, n - jr < NR ? n - jr : NR);
-                const uint16_t *bnext = bk + (jr + NR) * b_sn;
-                const int64_t cnext = n - jr - NR < NR ? n - jr - NR : NR;
+                nk_gemm_prefetch pf = {0};
+                const int64_t lines = next ? nk_gemm_prefetch_init(&pf, (const char *)(bk + (jr + NR) * b_sn), 2, b_sk,
+                                                                   b_sn, kcur, n - jr - NR < NR ? n - jr - NR : NR)
+                                           : 0;
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
-                    pf_list pf;
-                    pf.n = 0;
-                    if (next) prefetch_b_panel(bnext, b_sk, b_sn, kcur, cnext, ir / MR, parts, &pf);
+                    const int64_t part = ir / MR;
+                    pf.n = lines * (part + 1) / parts - lines * part / parts;
                     const int64_t rows = mcur - ir;
                     float *ct = acc + (ic + ir) * ldacc + jr;
                     if (rows > 8) ukr_dp12(kq, ap + ir * kq, pb, ct, ldacc, pc > 0, &pf);

@@ -14,12 +14,44 @@
 #define NK_GEMM_SKINNY_M 16
 
 /*
+ * Cache lines of the next B micro-panel's source that a micro-kernel prefetches into L2 while it
+ * computes, one every kc / n steps, walking the source run by run. A B larger than the L3 comes from DRAM, and packing it would
+ * otherwise wait on memory with the arithmetic idle: on Zen 5 a panel's 32 interleaved row streams
+ * defeat the hardware prefetcher. The same lines prefetched in one burst before each micro-kernel call
+ * gained nothing; for a B that stays in the L3 the prefetches cost 3-9%, so they are listed only for a
+ * B above half the L3 (gemm.c).
+ */
+typedef struct nk_gemm_prefetch {
+    const char *run; /* the current run: a column of a k-contiguous B, a row of an n-contiguous one */
+    int64_t stride;  /* bytes from one run to the next */
+    int64_t per_run; /* 64-byte lines per run */
+    int64_t line;    /* the next line of the current run */
+    int64_t n;       /* lines the next micro-kernel call prefetches */
+} nk_gemm_prefetch;
+
+/* Starts the walk over cols columns x kcur rows of B at b (element (k, j) at b + (k*sk + j*sn) * es)
+ * stored k- or n-contiguous; returns its number of lines (0 for other layouts). pf->n is left 0. */
+int64_t nk_gemm_prefetch_init(nk_gemm_prefetch *pf, const char *b, int64_t es, int64_t sk, int64_t sn, int64_t kcur,
+                              int64_t cols);
+
+/* The micro-kernels' step: prefetches the next line into L2. */
+static inline void nk_gemm_prefetch_next(nk_gemm_prefetch *pf) {
+    __builtin_prefetch(pf->run + pf->line * 64, 0, 2);
+    if (++pf->line == pf->per_run) {
+        pf->line = 0;
+        pf->run += pf->stride;
+    }
+}
+
+/*
  * Packed micro-kernel: the MR x NR tile c (fp32, row stride ldc, unit column stride) becomes
  * pa @ pb (accumulate false) or c + pa @ pb (accumulate true). pa is a packed A micro-panel, kc
  * groups of MR values (one column of A per k); pb a packed B micro-panel, kc groups of NR values
- * (one row of B per k). Both are 64-byte aligned.
+ * (one row of B per k). Both are 64-byte aligned. pf (never NULL): prefetches pf->n lines of its walk
+ * meanwhile, spread over the kc steps.
  */
-typedef void (*nk_gemm_ukr_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, bool accumulate);
+typedef void (*nk_gemm_ukr_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, bool accumulate,
+                               nk_gemm_prefetch *pf);
 
 /*
  * Transposing packers for operands stored k-contiguous, full panels only:

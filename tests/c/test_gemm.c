@@ -241,6 +241,26 @@ static void run_isa(const char *isa) {
                 run_case(&gc, isa);
             }
         }
+    /* B just above half the L3, so the micro-kernels prefetch it while they compute (stream_b): once
+     * per micro-kernel that prefetches, on 2 threads (the reference product takes seconds under ASan). */
+    const bool dp = strcmp(isa, "avx512bf16") == 0, wide = strcmp(isa, "avx512") == 0;
+    if (nk_threads_get() == 2 && (dp || wide || strcmp(isa, "avx2") == 0)) {
+        long long kib = 0;
+        FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+        if (f != NULL) {
+            if (fscanf(f, "%lldK", &kib) != 1) kib = 0;
+            fclose(f);
+        }
+        const double bytes = 0.6 * (double)(kib > 0 ? kib << 10 : 32ll << 20);
+        /* k-contiguous B (a weight) for each kernel, an n-contiguous one on AVX-512 too. */
+        for (int i = 0; i < (wide ? 2 : 1); i++) {
+            const nk_dtype dt = dp ? NK_BF16 : NK_F32;
+            const int64_t k = 40 + i, n = (int64_t)(bytes / (double)(k * (int64_t)nk_dtype_size(dt)));
+            gcase gc = {.dt = dt, .batch = 1, .m = 17, .n = n, .k = k, .la = ROW, .lb = i ? ROW : COL, .lc = ROW,
+                        .alpha = 1.0, .beta = 0.0};
+            run_case(&gc, isa);
+        }
+    }
     /* K = 0: out = beta * self; and 0 x N, M x 0 outputs. */
     for (size_t d = 0; d < 4; d++) {
         gcase k0 = {.dt = dts[d], .batch = 1, .m = 5, .n = 7, .k = 0, .la = ROW, .lb = ROW, .lc = ROW,
