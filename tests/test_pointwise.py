@@ -478,6 +478,21 @@ def test_broadcast_column(dtype):
         if dtype != torch.bool:
             check(lambda t, m: t.masked_fill(m, 3), a, make((37, 1), torch.bool, seed=4))
             check(torch.maximum, a.t(), col.t())
+        if dtype.is_floating_point:
+            # The ops whose kernels read a column-broadcast operand as one value per row, on either side,
+            # with alpha, beside a strided operand, and as predicates.
+            nz = torch.where(col == 0, torch.ones_like(col), col)
+            check(torch.div, a, nz)
+            check(torch.div, col, torch.where(a == 0, torch.ones_like(a), a))
+            check(lambda x, y: torch.sub(x, y, alpha=2), a, col)
+            check(lambda x, y: torch.add(x, y, alpha=0.5), col, a)
+            check(torch.mul, a[:, ::2], col)
+            check(torch.lt, a, col)
+            check(torch.ge, col, a)
+            check(torch.minimum, col, a)
+            check(torch.pow, a.abs() + 0.5, col)
+            out = torch.empty(37, cols, dtype=torch.float32)
+            check(lambda x, y, o: torch.mul(x, y, out=o), a, col, out)  # a float result of 16-bit inputs
 
 
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 100_003])

@@ -372,6 +372,8 @@ typedef struct nk_ew_ctx {
     bool scalar_b;     /* binary op without operand b: b = args value */
     bool direct;       /* every operand's dtype is the compute dtype (rows may be used in place) */
     nk_ew_fn bf16_fn;  /* the fused bfloat16 op, when every operand is bfloat16 */
+    nk_ew_fn vs_fn, sv_fn; /* the binary op with b (vs) or a (sv) one value per row, or NULL */
+    nk_ew_fn bf16_vs_fn, bf16_sv_fn; /* the same fused on bfloat16 (every operand bfloat16) */
     atomic_int failed;
 } nk_ew_ctx;
 
@@ -493,6 +495,38 @@ static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int6
                 atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
             return;
         }
+    }
+    /* One operand of a binary op the same value all row long (a column broadcast): that value once,
+     * and the op's variant that reads it as a scalar, instead of replicating it over a block. */
+    const int sk = c->nin_ops != 2 || (sb[1] == 0) == (sb[2] == 0) ? 0 : sb[2] == 0 ? 2 : 1;
+    const nk_ew_fn sfn = sk == 2 ? c->vs_fn : sk == 1 ? c->sv_fn : NULL;
+    if (sfn != NULL) {
+        const int other = 3 - sk;
+        /* A float operand is read where it is; others are converted (one element). */
+        in[sk - 1] = c->it->dtype[sk] == NK_F32 ? (const void *)ptr[sk]
+                                                : nk_ew_load_strided(c, sk, ptr[sk], 0, 1, B->in[sk - 1], B->tmp);
+        const nk_ew_fn bfn = sk == 2 ? c->bf16_vs_fn : c->bf16_sv_fn;
+        if (bfn != NULL && sb[other] == 2 && sb[0] == 2) {
+            in[other - 1] = ptr[other];
+            (void)bfn(ptr[0], in, n, &c->args);
+            return;
+        }
+        const bool in_place = c->it->dtype[other] == c->cdt && c->common == c->cdt &&
+                              sb[other] == (int64_t)nk_dtype_size(c->cdt);
+        if (in_place && direct_out) {
+            in[other - 1] = ptr[other];
+            (void)sfn(ptr[0], in, n, &c->args); /* float ops: no status to report */
+            return;
+        }
+        for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
+            const int64_t m = n - off < NK_EW_BLOCK ? n - off : NK_EW_BLOCK;
+            in[other - 1] = nk_ew_load(c, other, ptr[other] + off * sb[other], sb[other], m, B->in[other - 1], B->tmp);
+            char *op = ptr[0] + off * sb[0];
+            void *res = direct_out ? (void *)op : (void *)B->out;
+            (void)sfn(res, in, m, &c->args);
+            if (!direct_out) nk_ew_store(c, op, sb[0], res, m, B->tmp);
+        }
+        return;
     }
     for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
         const int64_t m = n - off < NK_EW_BLOCK ? n - off : NK_EW_BLOCK;
@@ -621,6 +655,14 @@ static nk_status nk_ew_run(int op, const nk_ew_iter *it, const nk_ew_params *p, 
         all_bf16 = all_bf16 && !bool_operand && it->dtype[k] == NK_BF16;
     }
     c.bf16_fn = all_bf16 ? c.f32->bf16[op] : NULL;
+    if (c.cdt == NK_F32 && c.tr.nin == 2 && !c.scalar_b && !c.tr.bool_in) {
+        c.vs_fn = c.f32->vs[op - B(0)];
+        c.sv_fn = c.f32->sv[op - B(0)];
+        if (all_bf16) {
+            c.bf16_vs_fn = c.f32->bf16_vs[op - B(0)];
+            c.bf16_sv_fn = c.f32->bf16_sv[op - B(0)];
+        }
+    }
     if (numel == 0) return NK_SUCCESS;
 
     nk_ew_params none;

@@ -22,6 +22,8 @@
         return 0;                                                                                  \
     }
 /* out[i] = expr(a, b) with type otype (float, or uint8_t for predicates) */
+/* Also the variants with one operand the same value all row long (in[1] or in[0] one element): a
+ * column-broadcast operand (h * rsqrt(var), var of shape [rows, 1]) without replicating it per row. */
 #define NK_EW_DEF2(name, otype, expr)                                                              \
     static int NK_EW_F(name)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {    \
         otype *o = (otype *)o_;                                                                    \
@@ -29,6 +31,28 @@
         (void)A;                                                                                   \
         for (int64_t i = 0; i < n; i++) {                                                          \
             const float a = x[i], b = y[i];                                                        \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }                                                                                              \
+    __attribute__((unused)) static int NK_EW_F(name##_vs)(void *o_, const void *const *in, int64_t n, \
+                                                         const nk_ew_args *A) {                    \
+        otype *o = (otype *)o_;                                                                    \
+        const float *x = (const float *)in[0], b = *(const float *)in[1];                         \
+        (void)A;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float a = x[i];                                                                  \
+            o[i] = (expr);                                                                         \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }                                                                                              \
+    __attribute__((unused)) static int NK_EW_F(name##_sv)(void *o_, const void *const *in, int64_t n, \
+                                                         const nk_ew_args *A) {                    \
+        otype *o = (otype *)o_;                                                                    \
+        const float a = *(const float *)in[0], *y = (const float *)in[1];                         \
+        (void)A;                                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            const float b = y[i];                                                                  \
             o[i] = (expr);                                                                         \
         }                                                                                          \
         return 0;                                                                                  \
@@ -229,6 +253,30 @@ static int NK_EW_F(add)(void *o_, const void *const *in, int64_t n, const nk_ew_
     return 0;
 }
 
+static int NK_EW_F(add_vs)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float *x = (const float *)in[0], b = *(const float *)in[1];
+    const float alpha = A->f32[NK_ARG_ALPHA];
+    if (alpha == 1.0f) {
+        for (int64_t i = 0; i < n; i++) o[i] = x[i] + b;
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = __builtin_fmaf(alpha, b, x[i]);
+    }
+    return 0;
+}
+
+static int NK_EW_F(add_sv)(void *o_, const void *const *in, int64_t n, const nk_ew_args *A) {
+    float *o = (float *)o_;
+    const float a = *(const float *)in[0], *y = (const float *)in[1];
+    const float alpha = A->f32[NK_ARG_ALPHA];
+    if (alpha == 1.0f) {
+        for (int64_t i = 0; i < n; i++) o[i] = a + y[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) o[i] = __builtin_fmaf(alpha, y[i], a);
+    }
+    return 0;
+}
+
 NK_EW_DEF2(mul, float, a * b)
 NK_EW_DEF2(div, float, a / b)
 /* For bfloat16/float16 PyTorch rounds the quotient to that type before truncating. */
@@ -385,11 +433,23 @@ static void NK_EW_F(to_f16)(uint16_t *d, const float *s, int64_t n) {
         [NK_EW_TERNARY(NK_WHERE)] = NK_EW_F(where), \
         [NK_EW_TERNARY(NK_CLAMP_TENSOR)] = NK_EW_F(clamp_tensor), \
     }, \
+    .vs = { \
+        [NK_ADD] = NK_EW_F(add_vs), [NK_MUL] = NK_EW_F(mul_vs), [NK_DIV] = NK_EW_F(div_vs), \
+        [NK_EQ] = NK_EW_F(eq_vs), [NK_NE] = NK_EW_F(ne_vs), [NK_LT] = NK_EW_F(lt_vs), [NK_LE] = NK_EW_F(le_vs), \
+        [NK_GT] = NK_EW_F(gt_vs), [NK_GE] = NK_EW_F(ge_vs), [NK_POW] = NK_EW_F(pow_vs), \
+        [NK_MAXIMUM] = NK_EW_F(maximum_vs), [NK_MINIMUM] = NK_EW_F(minimum_vs), \
+    }, \
+    .sv = { \
+        [NK_ADD] = NK_EW_F(add_sv), [NK_MUL] = NK_EW_F(mul_sv), [NK_DIV] = NK_EW_F(div_sv), \
+        [NK_EQ] = NK_EW_F(eq_sv), [NK_NE] = NK_EW_F(ne_sv), [NK_LT] = NK_EW_F(lt_sv), [NK_LE] = NK_EW_F(le_sv), \
+        [NK_GT] = NK_EW_F(gt_sv), [NK_GE] = NK_EW_F(ge_sv), [NK_POW] = NK_EW_F(pow_sv), \
+        [NK_MAXIMUM] = NK_EW_F(maximum_sv), [NK_MINIMUM] = NK_EW_F(minimum_sv), \
+    }, \
     .from_bf16 = NK_EW_F(from_bf16), \
     .to_bf16 = to_bf16_fn, \
     .from_f16 = NK_EW_F(from_f16), \
     .to_f16 = NK_EW_F(to_f16), \
-    .bf16 = {__VA_ARGS__}, \
+    __VA_ARGS__ \
 }
 
-const nk_ew_f32_table NK_EW_TABLE = NK_EW_TABLE_INIT(NK_EW_ISA_NAME, NK_EW_F(to_bf16), NULL);
+const nk_ew_f32_table NK_EW_TABLE = NK_EW_TABLE_INIT(NK_EW_ISA_NAME, NK_EW_F(to_bf16), .bf16 = {NULL});

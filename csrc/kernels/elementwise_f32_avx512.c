@@ -74,15 +74,49 @@ NK_BF16_TARGET static void nk_ew_f32_to_bf16_cvtne(uint16_t *d, const float *s, 
         }                                                                                          \
         return 0;                                                                                  \
     }
+/* The same with b (vs) or a (sv) one float for the whole call: a column-broadcast operand. */
+#define NK_EW_BF16_BINARY_SCALAR(name, vexpr)                                                      \
+    NK_BF16_TARGET static int nk_ew_bf16_##name##_vs(void *o_, const void *const *in, int64_t n,  \
+                                                     const nk_ew_args *A) {                       \
+        uint16_t *o = (uint16_t *)o_;                                                              \
+        const uint16_t *x = (const uint16_t *)in[0];                                               \
+        const __m512 alpha = _mm512_set1_ps(A->f32[NK_ARG_ALPHA]), b = _mm512_set1_ps(*(const float *)in[1]); \
+        (void)alpha;                                                                               \
+        for (int64_t i = 0; i < n; i += 16) {                                                      \
+            const __mmask16 m = nk_ew_tail_mask(n - i);                                            \
+            const __m512 a = nk_ew_v_from_bf16(m, x + i);                                          \
+            _mm256_mask_storeu_epi16(o + i, m, nk_ew_v_to_bf16(vexpr));                            \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }                                                                                              \
+    NK_BF16_TARGET static int nk_ew_bf16_##name##_sv(void *o_, const void *const *in, int64_t n,  \
+                                                     const nk_ew_args *A) {                       \
+        uint16_t *o = (uint16_t *)o_;                                                              \
+        const uint16_t *y = (const uint16_t *)in[1];                                               \
+        const __m512 alpha = _mm512_set1_ps(A->f32[NK_ARG_ALPHA]), a = _mm512_set1_ps(*(const float *)in[0]); \
+        (void)alpha;                                                                               \
+        for (int64_t i = 0; i < n; i += 16) {                                                      \
+            const __mmask16 m = nk_ew_tail_mask(n - i);                                            \
+            const __m512 b = nk_ew_v_from_bf16(m, y + i);                                          \
+            _mm256_mask_storeu_epi16(o + i, m, nk_ew_v_to_bf16(vexpr));                            \
+        }                                                                                          \
+        return 0;                                                                                  \
+    }
 /* add: a + alpha * b fused (as nk_ew_f32_add with alpha != 1; with alpha == 1 the fma is exact a + b). */
-NK_EW_BF16_BINARY(add, _mm512_fmadd_ps(alpha, b, a))
+#define NK_EW_BF16_ADD _mm512_fmadd_ps(alpha, b, a)
+NK_EW_BF16_BINARY(add, NK_EW_BF16_ADD)
 NK_EW_BF16_BINARY(mul, _mm512_mul_ps(a, b))
 NK_EW_BF16_BINARY(div, _mm512_div_ps(a, b))
+NK_EW_BF16_BINARY_SCALAR(add, NK_EW_BF16_ADD)
+NK_EW_BF16_BINARY_SCALAR(mul, _mm512_mul_ps(a, b))
+NK_EW_BF16_BINARY_SCALAR(div, _mm512_div_ps(a, b))
 NK_EW_BF16_UNARY(silu, nk_ew_v_silu(v))
 
 const nk_ew_f32_table nk_ew_f32_avx512bf16 = NK_EW_TABLE_INIT(
-    "avx512bf16", nk_ew_f32_to_bf16_cvtne, [NK_EW_BINARY(NK_ADD)] = nk_ew_bf16_add,
-    [NK_EW_BINARY(NK_MUL)] = nk_ew_bf16_mul, [NK_EW_BINARY(NK_DIV)] = nk_ew_bf16_div,
-    [NK_EW_UNARY(NK_SILU)] = nk_ew_bf16_silu);
+    "avx512bf16", nk_ew_f32_to_bf16_cvtne,
+    .bf16 = {[NK_EW_BINARY(NK_ADD)] = nk_ew_bf16_add, [NK_EW_BINARY(NK_MUL)] = nk_ew_bf16_mul,
+             [NK_EW_BINARY(NK_DIV)] = nk_ew_bf16_div, [NK_EW_UNARY(NK_SILU)] = nk_ew_bf16_silu},
+    .bf16_vs = {[NK_ADD] = nk_ew_bf16_add_vs, [NK_MUL] = nk_ew_bf16_mul_vs, [NK_DIV] = nk_ew_bf16_div_vs},
+    .bf16_sv = {[NK_ADD] = nk_ew_bf16_add_sv, [NK_MUL] = nk_ew_bf16_mul_sv, [NK_DIV] = nk_ew_bf16_div_sv});
 #pragma GCC pop_options
 #endif

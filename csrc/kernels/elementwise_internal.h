@@ -36,6 +36,9 @@ typedef struct nk_ew_f32_table {
     const char *isa;
     nk_ew_fn fn[NK_EW_OP_COUNT];
     /* Contiguous conversions between float and the 16-bit float storage types (PyTorch's rounding). */
+    /* Optional binary ops with in[1] (vs) or in[0] (sv) one value for the whole call (NULL: none). */
+    nk_ew_fn vs[NK_BINARY_COUNT];
+    nk_ew_fn sv[NK_BINARY_COUNT];
     void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
     void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*from_f16)(float *dst, const uint16_t *src, int64_t n);
@@ -43,6 +46,9 @@ typedef struct nk_ew_f32_table {
     /* Optional: the op on contiguous bfloat16 operands straight to a contiguous bfloat16 result, any n,
      * converting in registers (the blocked path's float buffers cost more than add or mul themselves). */
     nk_ew_fn bf16[NK_EW_OP_COUNT];
+    /* Optional: those binary ops with the other operand one float (vs: in[1], sv: in[0]). */
+    nk_ew_fn bf16_vs[NK_BINARY_COUNT];
+    nk_ew_fn bf16_sv[NK_BINARY_COUNT];
 } nk_ew_f32_table;
 
 extern const nk_ew_f32_table nk_ew_f32_generic;
