@@ -961,11 +961,13 @@ def main(argv=None):
     p.add_argument("--out", default="opinfo_sweep", help="output stem: <out>.jsonl, <out>.json")
     p.add_argument("--md", default=None, help="markdown table (default docs/opinfo_sweep.md for a full sweep)")
     p.add_argument("--note", action="append", default=[], help="a paragraph for the markdown (repeatable)")
-    p.add_argument("--report", help="comma-separated .jsonl files: merge them into the reports, run nothing")
+    p.add_argument("--report", help="comma-separated .jsonl files: merge them into the markdown (and <out>.json "
+                   "with --out), run nothing")
     p.add_argument("--in-process", action="store_true", help="no worker processes (a crash ends the sweep)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every non-passing sample")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    a.out_given = any(x == "--out" or x.startswith("--out=") for x in (argv if argv is not None else sys.argv[1:]))
     if a.worker:
         return worker_main()
 
@@ -1005,7 +1007,9 @@ def main(argv=None):
             records = run_isolated(units, jobs=a.jobs, timeout=a.timeout, on_record=on_record)
         jsonl.close()
         print(f"{len(records)} samples in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-    write_json(a.out + ".json", records)
+    if not a.report or a.out_given:
+        # A merge writes the combined records only where asked, so the working directory is left alone.
+        write_json(a.out + ".json", records)
     md = a.md or (os.path.join("docs", "opinfo_sweep.md") if not (a.ops or a.op_range) else None)
     if md:
         write_markdown(md, records, notes=a.note)
