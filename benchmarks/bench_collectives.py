@@ -2,6 +2,8 @@
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/bench_collectives.py
 
+(started directly, ``python benchmarks/bench_collectives.py`` runs that command itself).
+
 Prints all_reduce latency at 4 KiB and bus bandwidth at 64 MiB, all_gather and reduce_scatter bus
 bandwidth at 64 MiB, for neuron and Gloo measured in the same run, and single-thread memcpy bandwidth.
 Bus bandwidth follows the usual convention: all_reduce moves 2(n-1)/n of the buffer per rank,
@@ -9,7 +11,13 @@ all_gather and reduce_scatter (n-1)/n of the full buffer.
 """
 
 import os
+import sys
 import time
+
+if "RANK" not in os.environ:
+    # Started directly: run it as documented, 2 ranks under torchrun.
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                              os.path.abspath(__file__)] + sys.argv[1:])
 
 import torch
 import torch.distributed as dist
