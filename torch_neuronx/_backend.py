@@ -30,9 +30,23 @@ def load() -> None:
         from .distributed import register as register_distributed
 
         register_distributed()
+        _run_backward_on_calling_thread()
         _register_compiler_hooks()
         _adopt_mixed_precision_defaults()
         _loaded = True
+
+
+def _run_backward_on_calling_thread() -> None:
+    """Runs backward for neuron tensors on the thread that calls it, as for CPU tensors.
+
+    Autograd otherwise gives every non-CPU device its own worker thread and hands each node to it. Kernels
+    run synchronously on the host, so the hand-off buys nothing, and it races with interpreter exit: the
+    worker can drop the last reference to a finished graph task (whose thread-local state holds Python
+    objects) after the main thread has started finalizing Python, and taking the GIL then kills the
+    thread inside a destructor, so the process aborts ("terminate called without an active exception";
+    3 of 20 runs of a tiny-Llama forward+backward script). The setting is the importing thread's
+    (``torch.autograd.set_multithreading_enabled``), which is where scripts call backward."""
+    torch._C._set_multithreading_enabled(False)
 
 
 def _register_compiler_hooks() -> None:
