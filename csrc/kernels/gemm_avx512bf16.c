@@ -30,8 +30,8 @@
  * to 512 pairs x 32 words = 64 KiB) in L1 or L2, which is enough: each 128 bytes of B feed 24 dot
  * instructions. 1024 deep measured 2-8% faster than 512 on Zen 5 at K = 768 and 2048 (one pass over the
  * accumulator, and a weight row's pairs packed in one go). */
-#define DP_KC_MAX 1024
-#define DP_MC 144
+#define DP_KC_MAX NK_GEMM_DPBF16_KC_MAX
+#define DP_MC NK_GEMM_DPBF16_MC
 
 bool nk_gemm_dpbf16_available(void) {
     __builtin_cpu_init();
@@ -250,10 +250,13 @@ DP_TARGET static void pack_b_panel(uint32_t *d, const uint16_t *b, int64_t sk, i
 
 DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
                                     const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc,
-                                    bool stream_b) {
+                                    bool stream_b, nk_gemm_rows_fn flush, void *flush_ctx) {
     const int64_t np = (n + NR - 1) / NR * NR;
     /* Equal blocks of at most DP_KC_MAX, of even depth so that pairs never straddle two blocks. */
     const int64_t nblk = (k + DP_KC_MAX - 1) / DP_KC_MAX;
+    /* One pass over k: each row block is final once its columns are done, and goes out while it is
+     * still in L2 (the accumulator then holds one row block, not all m rows beside packed B and A). */
+    const bool rolling = flush != NULL && nblk == 1;
     const int64_t kc = ((k + nblk - 1) / nblk + 1) / 2 * 2;
     const int64_t kq_max = ((k < kc ? k : kc) + 1) / 2;
     const int64_t mp_all = (m + MR - 1) / MR * MR;
@@ -286,14 +289,16 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
                     const int64_t part = ir / MR;
                     pf.n = lines * (part + 1) / parts - lines * part / parts;
                     const int64_t rows = mcur - ir;
-                    float *ct = acc + (ic + ir) * ldacc + jr;
+                    float *ct = acc + ((rolling ? 0 : ic) + ir) * ldacc + jr;
                     if (rows > 8) ukr_dp12(kq, ap + ir * kq, pb, ct, ldacc, pc > 0, &pf);
                     else if (rows > 4) ukr_dp8(kq, ap + ir * kq, pb, ct, ldacc, pc > 0, &pf);
                     else ukr_dp4(kq, ap + ir * kq, pb, ct, ldacc, pc > 0, &pf);
                 }
             }
+            if (rolling) flush(flush_ctx, ic, mcur, acc, ldacc);
         }
     }
+    if (flush != NULL && !rolling) flush(flush_ctx, 0, m, acc, ldacc);
     return true;
 }
 
@@ -458,7 +463,8 @@ bool nk_gemm_dpbf16_available(void) {
 }
 
 bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc, bool stream_b) {
+                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc, bool stream_b,
+                          nk_gemm_rows_fn flush, void *flush_ctx) {
     return false;
 }
 

@@ -128,14 +128,21 @@ void nk_amx_row_to_bf16(const float *s, int64_t n, uint16_t *p);
  * bf16 on AVX512-BF16 dot instructions (gemm_avx512bf16.c), for CPUs without AMX. available: the CPU has
  * AVX-512 F/BW/VL/DQ and BF16.
  * block: as nk_gemm_amx_block_packed_a (A unpacked, with strides), but acc must hold m rounded up to 12 rows (the register tile) and n rounded
- * up to 32 (ldacc >= that); the padding may be written too.
+ * up to 32 (ldacc >= that); the padding may be written too. With flush and k <= NK_GEMM_DPBF16_KC_MAX, acc holds
+ * only NK_GEMM_DPBF16_MC rows: each block of that many rows is handed to flush as soon as it is final.
  * skinny_kcontig: c[i*ldc + j] = sum_k a[i*lda + k] * b[k + j*ldb] for i < m <= NK_GEMM_SKINNY_M, j < n,
  * a and b bf16, c fp32; skinny_ncontig: the same with b[k*ldb + j]. Rows of a must be zero from k up to
  * an even length (lda even).
  */
 bool nk_gemm_dpbf16_available(void);
+/* Called with rows [i0, i0 + mm) of a block's result, final, in acc (row stride ldacc). */
+typedef void (*nk_gemm_rows_fn)(void *ctx, int64_t i0, int64_t mm, const float *acc, int64_t ldacc);
 bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,
-                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc, bool stream_b);
+                          const uint16_t *b, int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc, bool stream_b,
+                          nk_gemm_rows_fn flush, void *flush_ctx);
+/* Depth up to which nk_gemm_dpbf16_block runs one pass, and rows per flush then (acc holds that many). */
+#define NK_GEMM_DPBF16_KC_MAX 1024
+#define NK_GEMM_DPBF16_MC 144
 void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                                    const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
