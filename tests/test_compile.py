@@ -347,3 +347,24 @@ def test_trainer_torch_compile_padded_batches_no_recompile_per_step(tiny_llama, 
     assert sorted(g["shapes"] for g in s["graphs"]) == ["", "", "", ""] and len(s["recompiles"]) == 1, s
     assert "size mismatch" in s["recompiles"][0]["reason"]
     assert s["graph_breaks"] == []
+
+
+def test_isa_probes_run_in_the_background():
+    # Inductor's vector-ISA probes (a subprocess each) start when the backend module is imported; the
+    # first compile finds their result memoized and spawns no probe itself.
+    code = ("import torch, torch_neuronx.compiler as c\n"
+            "c._probe_thread.join(120)\n"
+            "from torch._inductor import cpu_vec_isa\n"
+            "def refuse(*a, **k):\n"
+            "    raise AssertionError('probed again in the main thread')\n"
+            "cpu_vec_isa.VecISA._probe_load = refuse\n"
+            "print(cpu_vec_isa.pick_vec_isa())\n"
+            "f = torch.compile(lambda x: (x * 2).sin() + 1, backend='neuron')\n"
+            "x = torch.randn(33, device='neuron')\n"
+            "torch.testing.assert_close(f(x).cpu(), (x.cpu() * 2).sin() + 1)\n"
+            "print('ok')\n")
+    r = run_python(code, env={"TORCH_NEURONX_CACHE_DIR": os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                                                                      f"tn-isa-probe-{os.getpid()}")})
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.split()
+    assert lines[-1] == "ok" and lines[0] not in ("", "INVALID_VEC_ISA"), r.stdout

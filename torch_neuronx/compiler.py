@@ -76,6 +76,38 @@ def _use_cache_dir() -> None:
     _cache_ready = True
 
 
+_probe_thread: Optional[threading.Thread] = None
+
+
+def _start_isa_probes() -> None:
+    """Starts Inductor's vector-ISA probes in the background.
+
+    Inductor finds which vector ISAs the host compiler and CPU support by loading a test library in one
+    subprocess per ISA, in every new process, on its first compile (about 0.9 s here, a quarter of a
+    warm-cache compile of the decode graph). Run from here, when the backend is looked up, they overlap
+    with loading the model and Dynamo's tracing; the first compile waits for them (``_wait_isa_probes``).
+    The modules they need are imported here, in the calling thread, so the two threads never import
+    concurrently."""
+    global _probe_thread
+    from torch._inductor import codecache, cpp_builder, cpu_vec_isa, utils  # noqa: F401
+
+    def probe() -> None:
+        try:
+            _use_cache_dir()
+            cpu_vec_isa.pick_vec_isa()
+        except Exception:  # noqa: BLE001
+            pass  # the first compile probes again, in its own thread, and reports what fails
+
+    _probe_thread = threading.Thread(target=probe, name="torch_neuronx-isa-probe", daemon=True)
+    _probe_thread.start()
+
+
+def _wait_isa_probes() -> None:
+    t = _probe_thread
+    if t is not None:
+        t.join()
+
+
 # --------------------------------------------------------------------------------------------------
 # Records for the report
 
@@ -287,6 +319,7 @@ class _Compiler:
     def compile(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], shapes: str = "") -> Any:
         from torch._inductor.compile_fx import compile_fx
 
+        _wait_isa_probes()
         _use_cache_dir()
         before = _counter_snapshot()
         t0 = time.perf_counter()
@@ -538,3 +571,6 @@ def _register() -> None:
 
 
 _register()
+
+
+_start_isa_probes()
