@@ -370,10 +370,10 @@ static void gemm_packed_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
                                                                        p->b_sn, kcur, ncur - jr - nr < nr ? ncur - jr - nr : nr)
                                                : 0;
                     for (int64_t ir = 0; ir < mcur; ir += mr) {
-                        const int64_t rows = mcur - ir < mr ? mcur - ir : mr, part = ir / mr;
+                        const int64_t rows = mcur - ir < mr ? mcur - ir : mr;
                         const float *pa = ap + ir * kcur;
                         float *ct = acc + (ic - m0 + ir) * ldacc + jr;
-                        pf.n = lines * (part + 1) / parts - lines * part / parts;
+                        nk_gemm_prefetch_share(&pf, lines, ir / mr, parts, kcur);
                         if (rows == mr && cols == nr) {
                             isa->ukr(kcur, pa, pb, ct, ldacc, accumulate, &pf);
                             continue;
@@ -422,7 +422,7 @@ static void gemm_bf16_task(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1, 
     const bool rolling = !amx && p->k <= NK_GEMM_DPBF16_KC_MAX;
     if (rolling) {
         if (mp > NK_GEMM_DPBF16_MC) mp = NK_GEMM_DPBF16_MC;
-        const int64_t nc_b = ((int64_t)393216 / p->k) / 32 * 32;
+        const int64_t nc_b = ((int64_t)(768 << 10) / 2 / p->k) / 32 * 32; /* 768 KiB of bf16 */
         nc = nc_b < 32 ? 32 : nc_b;
     } else if (amx) {
         /* The accumulator in L2 (512 KiB) across the depth blocks and the epilogue; A is packed once

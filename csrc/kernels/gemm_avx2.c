@@ -19,9 +19,7 @@
 AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
                                  bool accumulate, nk_gemm_prefetch *pf) {
     __m256 acc[MR][2];
-    nk_gemm_prefetch w = *pf;
-    const int64_t pstep = w.n > 0 ? (kc / w.n > 0 ? kc / w.n : 1) : kc + 1;
-    int64_t pnext = 0;
+    nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and conflict
@@ -34,11 +32,7 @@ AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, f
         const __m256 b1 = _mm256_load_ps(pb + 8);
         /* The A micro-panel streams from L2: ask for it a few iterations early. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        if (k == pnext && w.n > 0) {
-            nk_gemm_prefetch_next(&w);
-            w.n--;
-            pnext += pstep;
-        }
+        nk_gemm_prefetch_tick(&w, k);
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             const __m256 a = _mm256_broadcast_ss(pa + i);

@@ -23,9 +23,7 @@
 AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
                                      bool accumulate, nk_gemm_prefetch *pf) {
     __m512 acc[MR][2];
-    nk_gemm_prefetch w = *pf;
-    const int64_t pstep = w.n > 0 ? (kc / w.n > 0 ? kc / w.n : 1) : kc + 1;
-    int64_t pnext = 0;
+    nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (accumulate) nk_tile_prefetch_c(c, ldc, MR);
@@ -34,11 +32,7 @@ AVX512_TARGET static void ukr_avx512(int64_t kc, const float *pa, const float *p
         const __m512 b1 = _mm512_load_ps(pb + 16);
         /* The A micro-panel streams from L2: ask for it a few iterations early. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        if (k == pnext && w.n > 0) {
-            nk_gemm_prefetch_next(&w);
-            w.n--;
-            pnext += pstep;
-        }
+        nk_gemm_prefetch_tick(&w, k);
 #pragma GCC unroll 12
         for (int i = 0; i < MR; i++) {
             const __m512 a = _mm512_set1_ps(pa[i]);

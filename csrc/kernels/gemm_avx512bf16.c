@@ -72,13 +72,10 @@ DP_INLINE __m512bh as_bh(__m512i v) {
  * R serves the last rows of A (M = 128 is 10 x 12 + 8) without multiplying zeros. The lines of pf are
  * prefetched into L2 one every kq / n pairs (nk_gemm_prefetch).
  */
-
 DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
                         bool accumulate, nk_gemm_prefetch *pf) {
     __m512 acc[MR][2];
-    nk_gemm_prefetch w = *pf;
-    const int64_t pstep = w.n > 0 ? (kq / w.n > 0 ? kq / w.n : 1) : kq + 1;
-    int64_t pnext = 0;
+    nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (accumulate) nk_tile_prefetch_c(c, ldc, R);
@@ -87,11 +84,7 @@ DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint3
         const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
         /* The A micro-panel streams from L2. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        if (q == pnext && w.n > 0) {
-            nk_gemm_prefetch_next(&w);
-            w.n--;
-            pnext += pstep;
-        }
+        nk_gemm_prefetch_tick(&w, q);
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             const __m512bh a = as_bh(_mm512_set1_epi32((int)pa[i]));
@@ -286,8 +279,7 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
                                                                    b_sn, kcur, n - jr - NR < NR ? n - jr - NR : NR)
                                            : 0;
                 for (int64_t ir = 0; ir < mcur; ir += MR) {
-                    const int64_t part = ir / MR;
-                    pf.n = lines * (part + 1) / parts - lines * part / parts;
+                    nk_gemm_prefetch_share(&pf, lines, ir / MR, parts, kq);
                     const int64_t rows = mcur - ir;
                     float *ct = acc + ((rolling ? 0 : ic) + ir) * ldacc + jr;
                     if (rows > 8) ukr_dp12(kq, ap + ir * kq, pb, ct, ldacc, pc > 0, &pf);

@@ -26,7 +26,9 @@ typedef struct nk_gemm_prefetch {
     int64_t stride;  /* bytes from one run to the next */
     int64_t per_run; /* 64-byte lines per run */
     int64_t line;    /* the next line of the current run */
-    int64_t n;       /* lines the next micro-kernel call prefetches */
+    int64_t n;       /* lines the next micro-kernel call prefetches (nk_gemm_prefetch_share) */
+    int64_t step;    /* ...one every step steps of its loop */
+    int64_t due;     /* the step of the next one */
 } nk_gemm_prefetch;
 
 /* Starts the walk over cols columns x kcur rows of B at b (element (k, j) at b + (k*sk + j*sn) * es)
@@ -34,13 +36,24 @@ typedef struct nk_gemm_prefetch {
 int64_t nk_gemm_prefetch_init(nk_gemm_prefetch *pf, const char *b, int64_t es, int64_t sk, int64_t sn, int64_t kcur,
                               int64_t cols);
 
-/* The micro-kernels' step: prefetches the next line into L2. */
-static inline void nk_gemm_prefetch_next(nk_gemm_prefetch *pf) {
+/* Gives the next micro-kernel call, of `steps` loop steps, part `part` of `parts` of the walk's `lines`. */
+static inline void nk_gemm_prefetch_share(nk_gemm_prefetch *pf, int64_t lines, int64_t part, int64_t parts,
+                                          int64_t steps) {
+    pf->n = lines * (part + 1) / parts - lines * part / parts;
+    pf->step = pf->n > 0 && steps / pf->n > 0 ? steps / pf->n : 1;
+    pf->due = 0;
+}
+
+/* A micro-kernel's loop step k: the next line into L2 when one is due. */
+static inline void nk_gemm_prefetch_tick(nk_gemm_prefetch *pf, int64_t k) {
+    if (k != pf->due || pf->n <= 0) return;
     __builtin_prefetch(pf->run + pf->line * 64, 0, 2);
     if (++pf->line == pf->per_run) {
         pf->line = 0;
         pf->run += pf->stride;
     }
+    pf->n--;
+    pf->due += pf->step;
 }
 
 /*
