@@ -500,6 +500,7 @@ static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int6
      * and the op's variant that reads it as a scalar, instead of replicating it over a block. */
     const int sk = c->nin_ops != 2 || (sb[1] == 0) == (sb[2] == 0) ? 0 : sb[2] == 0 ? 2 : 1;
     const nk_ew_fn sfn = sk == 2 ? c->vs_fn : sk == 1 ? c->sv_fn : NULL;
+    nk_ew_fn fn = c->fn;
     if (sfn != NULL) {
         const int other = 3 - sk;
         /* A float operand is read where it is; others are converted (one element). */
@@ -518,27 +519,20 @@ static void nk_ew_row(nk_ew_ctx *c, nk_ew_bufs *B, char *const ptr[], const int6
             (void)sfn(ptr[0], in, n, &c->args); /* float ops: no status to report */
             return;
         }
-        for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
-            const int64_t m = n - off < NK_EW_BLOCK ? n - off : NK_EW_BLOCK;
-            in[other - 1] = nk_ew_load(c, other, ptr[other] + off * sb[other], sb[other], m, B->in[other - 1], B->tmp);
-            char *op = ptr[0] + off * sb[0];
-            void *res = direct_out ? (void *)op : (void *)B->out;
-            (void)sfn(res, in, m, &c->args);
-            if (!direct_out) nk_ew_store(c, op, sb[0], res, m, B->tmp);
-        }
-        return;
+        fn = sfn; /* the blocks below convert the other operand and the result only */
     }
     for (int64_t off = 0; off < n; off += NK_EW_BLOCK) {
         const int64_t m = n - off < NK_EW_BLOCK ? n - off : NK_EW_BLOCK;
         for (int k = 1; k <= c->nin_ops; k++) {
             /* A broadcast operand (stride 0) is the same value all row long: convert it once. */
+            if (k == sk && sfn != NULL) continue;
             if (sb[k] == 0 && off > 0) continue;
             const int64_t mm = sb[k] == 0 ? (n < NK_EW_BLOCK ? n : NK_EW_BLOCK) : m;
             in[k - 1] = nk_ew_load(c, k, ptr[k] + off * sb[k], sb[k], mm, B->in[k - 1], B->tmp);
         }
         char *op = ptr[0] + off * sb[0];
         void *res = direct_out ? (void *)op : (void *)B->out;
-        if (c->fn(res, in, m, &c->args) != 0) {
+        if (fn(res, in, m, &c->args) != 0) {
             atomic_store_explicit(&c->failed, 1, memory_order_relaxed);
             return;
         }
