@@ -27,19 +27,21 @@ WORLD = int(os.environ["WORLD_SIZE"])
 DEV = torch.device("neuron", int(os.environ["LOCAL_RANK"]))
 
 
-def timed(fn, iters, warmup=3):
+def timed(fn, iters, group, warmup=3):
+    """Median over iterations of the slowest rank's time for one call. Each call starts after a barrier of
+    the group under test; the median (the same statistic for both backends) keeps one preempted
+    iteration of this shared 2-core host from deciding the result."""
     for _ in range(warmup):
         fn()
-    dist.barrier()
-    t0 = time.perf_counter()
-    for _ in range(iters):
+    ts = torch.empty(iters, dtype=torch.float64)
+    for i in range(iters):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
         fn()
-    dist.barrier()
-    dt = (time.perf_counter() - t0) / iters
+        ts[i] = time.perf_counter() - t0
     # The slowest rank defines the collective's time.
-    t = torch.tensor([dt], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=CPU_GROUP)
-    return t.item()
+    dist.all_reduce(ts, op=dist.ReduceOp.MAX, group=CPU_GROUP)
+    return ts.median().item()
 
 
 def bench(device, group):
@@ -49,18 +51,19 @@ def bench(device, group):
     gather_out = torch.empty(n, device=device)
     shard = torch.ones(n // WORLD, device=device)
     res = {}
-    res["all_reduce 4 KiB latency (us)"] = timed(lambda: dist.all_reduce(small, group=group), 2000 if device != "cpu" else 300) * 1e6
-    t = timed(lambda: dist.all_reduce(big, group=group), 10)
+    res["all_reduce 4 KiB latency (us)"] = timed(lambda: dist.all_reduce(small, group=group), 2000 if device != "cpu" else 300, group) * 1e6
+    t = timed(lambda: dist.all_reduce(big, group=group), 20, group)
     res["all_reduce 64 MiB busbw (GB/s)"] = 4 * n * 2 * (WORLD - 1) / WORLD / t / 1e9
-    t = timed(lambda: dist.all_gather_into_tensor(gather_out, shard, group=group), 10)
+    t = timed(lambda: dist.all_gather_into_tensor(gather_out, shard, group=group), 20, group)
     res["all_gather 64 MiB busbw (GB/s)"] = 4 * n * (WORLD - 1) / WORLD / t / 1e9
-    t = timed(lambda: dist.reduce_scatter_tensor(shard, big, group=group), 10)
+    t = timed(lambda: dist.reduce_scatter_tensor(shard, big, group=group), 20, group)
     res["reduce_scatter 64 MiB busbw (GB/s)"] = 4 * n * (WORLD - 1) / WORLD / t / 1e9
     return res
 
 
 def memcpy_bw(concurrent):
-    """Single-thread copy bandwidth of a 64 MiB buffer: on rank 0 alone, or on every rank at once."""
+    """Single-thread copy bandwidth of a 64 MiB buffer (median of 20 copies): on rank 0 alone, or on every
+    rank at once."""
     a = torch.ones(16 * 1024 * 1024)
     b = torch.empty_like(a)
     torch.set_num_threads(1)
@@ -69,10 +72,12 @@ def memcpy_bw(concurrent):
     if not concurrent and RANK != 0:
         dist.barrier(group=CPU_GROUP)
         return 0.0
-    t0 = time.perf_counter()
-    for _ in range(10):
+    ts = []
+    for _ in range(20):
+        t0 = time.perf_counter()
         b.copy_(a)
-    bw = 4 * a.numel() / ((time.perf_counter() - t0) / 10) / 1e9
+        ts.append(time.perf_counter() - t0)
+    bw = 4 * a.numel() / sorted(ts)[len(ts) // 2] / 1e9
     if not concurrent:
         dist.barrier(group=CPU_GROUP)
     return bw

@@ -9,7 +9,6 @@
 #define NCL_MAGIC UINT64_C(0x4e434c5753303031) /* "NCLWS001" */
 #define NCL_RING 64                            /* messages in flight per (sender, receiver) pair */
 #define NCL_MAP_CACHE 64                       /* mapped peer segments kept per peer */
-#define NCL_SCRATCH_BYTES (64 * 1024)          /* per-communicator block buffer of the reductions */
 
 /* A counter peers wait on. waiters lets the writer skip the futex wake when nobody sleeps. */
 typedef struct ncl_flag {
@@ -112,7 +111,6 @@ struct ncl_comm {
     ncl_status broken;    /* non-zero after a timeout or dead peer */
     char broken_msg[768];
     const void *own_ptr[2 * NCL_MAX_RANKS + 1]; /* this call's pieces, as local pointers */
-    void *scratch;        /* NCL_SCRATCH_BYTES, 64-byte aligned */
     int32_t next_ndim;    /* shape announced by ncl_comm_set_shape for the next call (-1: none) */
     int64_t next_shape[NCL_SHAPE_DIMS];
 };
@@ -156,5 +154,9 @@ ncl_status ncl_piece_ptr(ncl_comm *c, int r, uint64_t call, int idx, void **out,
 /* Maps peer r's device segment described by p (cached); *base is the segment start. */
 ncl_status ncl_map_segment(ncl_comm *c, int r, const ncl_piece *p, char **base, const char *what);
 ncl_status ncl_check_usable(ncl_comm *c, const char *what);
+/* ncl_reduce_local's result written to every one of dsts (none overlapping a source except exactly, in
+ * place), with fenced non-temporal stores when stream is set. */
+ncl_status ncl_reduce_to(char *const *dsts, int ndst, bool stream, const void *const *src, const double *factors,
+                         int nsrc, int64_t n, ncl_dtype dt, ncl_redop op, int avg_div);
 
 #endif

@@ -124,8 +124,7 @@ ncl_status ncl_comm_create(int rank, int size, double timeout_s, ncl_comm **out)
     c->ws_fd = -1;
     ncl_layout_compute(&c->layout, size);
     c->peers = calloc((size_t)size, sizeof *c->peers);
-    c->scratch = aligned_alloc(64, NCL_SCRATCH_BYTES);
-    if (c->peers == NULL || c->scratch == NULL)
+    if (c->peers == NULL)
         goto fail_oom;
     for (int r = 0; r < size; r++)
         c->peers[r].pidfd = -1;
@@ -234,7 +233,6 @@ void ncl_comm_destroy(ncl_comm *c)
         }
         free(c->peers);
     }
-    free(c->scratch);
     if (c->self != NULL)
         munmap(c->self, c->layout.total);
     if (c->ws_fd >= 0)

@@ -15,8 +15,9 @@
  *     writes it to every rank's output (reduce-scatter and all-gather fused). Small messages: every rank
  *     reads all staged inputs and reduces the whole message itself (one shot). Large all_gather: each
  *     rank writes its input into every rank's output. Every input byte is thus read from memory once.
- *   - Reductions go block by block through a scratch buffer that stays in cache; large results and copies
- *     are written with non-temporal stores (no read-for-ownership of the destination lines).
+ *   - Reductions combine all sources chunk by chunk (every source read as one stream) and write each
+ *     chunk straight to its destinations; large results and copies are written with non-temporal stores
+ *     (no read-for-ownership of the destination lines).
  *   - Every call exchanges a header (operation, dtype, count, root, reduce op, and the caller's shape
  *     for messages) and fails with NCL_MISMATCH on every rank if the ranks disagree.
  *   - Waits spin briefly (not at all when the ranks outnumber the usable CPUs), then yield, then sleep on

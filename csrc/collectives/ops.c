@@ -263,12 +263,15 @@ static void ncl_stream_copy(char *dst, const char *src, size_t n) { memcpy(dst, 
 static void ncl_stream_fence(void) {}
 #endif
 
+/* Bytes of src copied to every destination before moving on: read from memory once, then from cache. */
+#define NCL_COPY_BLOCK ((size_t)64 * 1024)
+
 /* src to every one of dsts (none overlapping src), block by block so src is read from memory once. */
 static void ncl_copy_to_all(char *const *dsts, int ndst, const void *src, size_t bytes)
 {
     bool stream = bytes >= NCL_STREAM_BYTES;
-    for (size_t b0 = 0; b0 < bytes; b0 += NCL_SCRATCH_BYTES) {
-        size_t m = bytes - b0 < NCL_SCRATCH_BYTES ? bytes - b0 : NCL_SCRATCH_BYTES;
+    for (size_t b0 = 0; b0 < bytes; b0 += NCL_COPY_BLOCK) {
+        size_t m = bytes - b0 < NCL_COPY_BLOCK ? bytes - b0 : NCL_COPY_BLOCK;
         for (int j = 0; j < ndst; j++) {
             if (stream)
                 ncl_stream_copy(dsts[j] + b0, (const char *)src + b0, m);
@@ -294,36 +297,21 @@ static void ncl_copy(void *dst, const void *src, size_t n)
     }
 }
 
-/* Elements per block of the fused reduce + broadcast: the block is reduced into the communicator's
- * scratch (it stays in L1/L2), then streamed to every destination. */
-#define NCL_FUSE_BLOCK (NCL_SCRATCH_BYTES / 8)
-
-/* Elements [lo, hi) of the reduction over srcs, written to every one of dsts: block by block through the
- * scratch (in cache), streamed out when the slice is large. The sources are read before any destination
- * of the block is written, so a destination may be one of the sources (in place). */
-static ncl_status ncl_reduce_blocks(ncl_comm *c, char *const *dsts, int ndst, const void *const *srcs,
-                                    const double *factors, int nsrc, int64_t lo, int64_t hi, ncl_dtype dt,
-                                    ncl_redop redop)
+/* Elements [lo, hi) of the reduction over srcs, written to every one of dsts, streamed out when the
+ * slice is large. Each chunk of every source is read before that chunk of any destination is written,
+ * so a destination may be one of the sources (in place). */
+static ncl_status ncl_reduce_slice(char *const *dsts, int ndst, const void *const *srcs, const double *factors,
+                                   int nsrc, int64_t lo, int64_t hi, ncl_dtype dt, ncl_redop redop)
 {
     size_t es = ncl_dtype_size(dt);
+    const void *s[NCL_MAX_RANKS];
+    char *d[NCL_MAX_RANKS];
+    for (int r = 0; r < nsrc; r++)
+        s[r] = (const char *)srcs[r] + (size_t)lo * es;
+    for (int j = 0; j < ndst; j++)
+        d[j] = dsts[j] + (size_t)lo * es;
     bool stream = (size_t)(hi - lo) * es >= NCL_STREAM_BYTES;
-    ncl_status st = NCL_SUCCESS;
-    for (int64_t b0 = lo; b0 < hi && st == NCL_SUCCESS; b0 += NCL_FUSE_BLOCK) {
-        int64_t m = hi - b0 < NCL_FUSE_BLOCK ? hi - b0 : NCL_FUSE_BLOCK;
-        const void *s[NCL_MAX_RANKS];
-        for (int r = 0; r < nsrc; r++)
-            s[r] = (const char *)srcs[r] + (size_t)b0 * es;
-        st = ncl_reduce_local(c->scratch, s, factors, nsrc, m, dt, redop, nsrc);
-        for (int j = 0; j < ndst && st == NCL_SUCCESS; j++) {
-            if (stream)
-                ncl_stream_copy(dsts[j] + (size_t)b0 * es, c->scratch, (size_t)m * es);
-            else
-                memcpy(dsts[j] + (size_t)b0 * es, c->scratch, (size_t)m * es);
-        }
-    }
-    if (stream)
-        ncl_stream_fence();
-    return st;
+    return ncl_reduce_to(d, ndst, stream, s, factors, nsrc, hi - lo, dt, redop, nsrc);
 }
 
 static ncl_status ncl_reduce_common(ncl_comm *c, const void *send, void *recv, int64_t count, ncl_dtype dt,
@@ -369,7 +357,7 @@ static ncl_status ncl_reduce_common(ncl_comm *c, const void *send, void *recv, i
             st = ncl_piece_ptr(c, r, k.id, 1, (void **)&dsts[ndst++], what);
     }
     if (st == NCL_SUCCESS)
-        st = ncl_reduce_blocks(c, dsts, ndst, srcs, factors, n, lo, hi, dt, redop);
+        st = ncl_reduce_slice(dsts, ndst, srcs, factors, n, lo, hi, dt, redop);
     return ncl_end(c, &k, st);
 }
 
@@ -498,7 +486,7 @@ ncl_status ncl_reduce_scatter(ncl_comm *c, const void *const *send, void *recv, 
     }
     if (st == NCL_SUCCESS) {
         char *dst = recv;
-        st = ncl_reduce_blocks(c, &dst, 1, srcs, factors, c->size, 0, count, dt, op);
+        st = ncl_reduce_slice(&dst, 1, srcs, factors, c->size, 0, count, dt, op);
     }
     return ncl_end(c, &k, st);
 }

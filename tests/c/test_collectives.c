@@ -60,6 +60,16 @@ static uint16_t to_bf16(float f)
     memcpy(&u, &f, 4);
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
+/* Exact for the small integers the tests use. */
+static uint16_t to_f16(float f)
+{
+    if (f == 0)
+        return 0;
+    int v = (int)fabsf(f), e = 0;
+    while (v >> (e + 1))
+        e++;
+    return (uint16_t)((f < 0 ? 0x8000 : 0) | ((e + 15) << 10) | (((v << 10) >> e) & 0x3FF));
+}
 static float from_bf16(uint16_t b)
 {
     uint32_t u = (uint32_t)b << 16;
@@ -142,6 +152,29 @@ static void test_all_reduce(ncl_comm *c, int64_t n, bool in_place)
     }
     CHECK(bad == 0);
     nrn_mem_free(q);
+}
+
+/* float16 SUM into an output 2 bytes off its 16-byte alignment (no non-temporal stores there) and from
+ * an input at an odd element offset: every chunk, the tail included, lands where it belongs. */
+static void test_all_reduce_offset(ncl_comm *c, int64_t n)
+{
+    int me = g_rank;
+    uint16_t *a = dev_alloc((size_t)(n + 3) * 2), *b = dev_alloc((size_t)(n + 2) * 2);
+    for (int64_t i = 0; i < n + 2; i++)
+        b[i] = 0x7777;
+    for (int64_t i = 0; i < n; i++)
+        a[3 + i] = to_f16(val(me, i));
+    CHECK_OK(ncl_all_reduce(c, a + 3, b + 1, n, NCL_F16, NCL_SUM, 0));
+    int bad = b[0] != 0x7777 || b[n + 1] != 0x7777;
+    for (int64_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < NRANKS; r++)
+            want += val(r, i);
+        bad += b[1 + i] != to_f16(want);
+    }
+    CHECK(bad == 0);
+    nrn_mem_free(a);
+    nrn_mem_free(b);
 }
 
 static void test_rooted(ncl_comm *c, int64_t n)
@@ -300,13 +333,15 @@ static int run_rank(int rank, shared *sh)
         usleep(100);
     CHECK_OK(ncl_comm_connect(c, sh->infos));
 
-    int64_t sizes[] = {1, 37, 5000, 300001}; /* staged and zero-copy */
+    /* Staged, zero-copy, and zero-copy with slices of at least 1 MiB (streamed out). */
+    int64_t sizes[] = {1, 37, 5000, 300001, 1000003};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         test_all_reduce(c, sizes[s], true);
         test_all_reduce(c, sizes[s], false);
         test_rooted(c, sizes[s]);
         test_gather_scatter(c, sizes[s]);
         test_p2p(c, sizes[s]);
+        test_all_reduce_offset(c, sizes[s]);
     }
     test_all_to_all(c, 3);
     test_all_to_all(c, 20000);
