@@ -263,13 +263,52 @@ static void ncl_stream_copy(char *dst, const char *src, size_t n) { memcpy(dst, 
 static void ncl_stream_fence(void) {}
 #endif
 
+#if defined(__x86_64__)
+/* src to every one of dsts (all with the same alignment mod 16) with non-temporal stores, one 64-byte
+ * line to all destinations at a time: the source is read as one stream while every destination stream is
+ * written. Copying 64 KiB blocks to one destination after another (reads, then writes from cache) was
+ * 15% slower for a 2-rank 64 MiB all_gather. */
+static void ncl_stream_copy_all(char *const *dsts, int ndst, const char *src, size_t n)
+{
+    size_t head = (16 - ((uintptr_t)dsts[0] & 15)) & 15;
+    if (head > n)
+        head = n;
+    for (int j = 0; j < ndst; j++)
+        memcpy(dsts[j], src, head);
+    size_t i = head;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(src + i)), b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+        for (int j = 0; j < ndst; j++) {
+            char *q = dsts[j] + i;
+            _mm_stream_si128((__m128i *)q, a);
+            _mm_stream_si128((__m128i *)(q + 16), b);
+            _mm_stream_si128((__m128i *)(q + 32), c);
+            _mm_stream_si128((__m128i *)(q + 48), d);
+        }
+    }
+    for (int j = 0; j < ndst; j++)
+        memcpy(dsts[j] + i, src + i, n - i);
+}
+#endif
+
 /* Bytes of src copied to every destination before moving on: read from memory once, then from cache. */
 #define NCL_COPY_BLOCK ((size_t)64 * 1024)
 
-/* src to every one of dsts (none overlapping src), block by block so src is read from memory once. */
+/* src to every one of dsts (none overlapping src). */
 static void ncl_copy_to_all(char *const *dsts, int ndst, const void *src, size_t bytes)
 {
     bool stream = bytes >= NCL_STREAM_BYTES;
+#if defined(__x86_64__)
+    bool same_align = true;
+    for (int j = 1; j < ndst; j++)
+        same_align &= (((uintptr_t)dsts[j] ^ (uintptr_t)dsts[0]) & 15) == 0;
+    if (stream && ndst > 0 && same_align) {
+        ncl_stream_copy_all(dsts, ndst, src, bytes);
+        ncl_stream_fence();
+        return;
+    }
+#endif
     for (size_t b0 = 0; b0 < bytes; b0 += NCL_COPY_BLOCK) {
         size_t m = bytes - b0 < NCL_COPY_BLOCK ? bytes - b0 : NCL_COPY_BLOCK;
         for (int j = 0; j < ndst; j++) {
