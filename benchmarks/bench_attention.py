@@ -2,28 +2,12 @@
 
 Prints, per case, the neuron time, the CPU time and CPU/neuron (>1 means neuron is faster).
 """
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import compare
 
 import torch_neuronx  # noqa: F401
-
-
-def bench(fn, sync=None, warmup=3, min_time=0.5, min_iters=5):
-    for _ in range(warmup):
-        fn()
-    if sync:
-        sync()
-    n, start = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        if sync:
-            sync()
-        el = time.perf_counter() - start
-        if n >= min_iters and el >= min_time:
-            return el / n
 
 
 def row(name, tn, tc):
@@ -37,8 +21,8 @@ def sdpa_case(name, B, H, Lq, Lk, D, dtype, causal):
     v = torch.randn(B, H, Lk, D, generator=g).to(dtype)
     qn, kn, vn = q.to("neuron"), k.to("neuron"), v.to("neuron")
     sync = torch.neuron.synchronize
-    tn = bench(lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=causal), sync)
-    tc = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+    tn, tc = compare(lambda: F.scaled_dot_product_attention(qn, kn, vn, is_causal=causal),
+                     lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), 1.0, sync=sync)
     row(name, tn, tc)
 
 
@@ -55,8 +39,8 @@ def main():
         new = torch.randn(1, 12, 1, 64).to(dtype)
         pos = torch.tensor([1000])
         cn, nn_, pn = cache.to("neuron"), new.to("neuron"), pos.to("neuron")
-        tn = bench(lambda: cn.index_copy_(2, pn, nn_), torch.neuron.synchronize)
-        tc = bench(lambda: cache.index_copy_(2, pos, new))
+        tn, tc = compare(lambda: cn.index_copy_(2, pn, nn_), lambda: cache.index_copy_(2, pos, new), 1.0,
+                         sync=torch.neuron.synchronize)
         row(f"index_copy_ [1,12,2048,64] dim2 1 row {dt}", tn, tc)
 
 

@@ -1,6 +1,6 @@
 """GEMM on neuron vs PyTorch CPU at the shapes of a ~100M-parameter Llama (hidden 768, MLP 2048/3072,
 vocab 32000), as F.linear(x[M, K], W[N, K]) for M = 1, 8 (decode) and 128, 512 (prefill/training),
-fp32 and bf16, both measured in this run. Also measures the machine's fp32 FMA peak with a
+fp32 and bf16, both measured in this run, in alternating rounds (_timing.py). Also measures the machine's fp32 FMA peak with a
 register-only FMA loop in the kernel library and reports large shapes as % of it.
 
 Targets: every shape >= 1.0x PyTorch CPU; large shapes (M >= 128) >= 75% of the fp32 FMA peak.
@@ -8,11 +8,10 @@ Targets: every shape >= 1.0x PyTorch CPU; large shapes (M >= 128) >= 75% of the 
     python benchmarks/bench_gemm.py [--quick]
 """
 import argparse
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import compare
 
 import torch_neuronx
 
@@ -20,21 +19,6 @@ KN = [(768, 768), (768, 2048), (2048, 768), (768, 3072), (3072, 768), (768, 3200
 MS = [1, 8, 128, 512]
 LARGE_M = 128
 PEAK_TARGET = 0.75
-
-
-def timeit(fn, budget_s):
-    fn()  # warm up (packs, pages, pool threads)
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-6)
-    reps = max(3, min(200, int(budget_s / one)))
-    samples = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(max(1, reps // 5)):
-            fn()
-        samples.append((time.perf_counter() - t0) / max(1, reps // 5))
-    return statistics.median(samples)
 
 
 def main():
@@ -59,8 +43,7 @@ def main():
             for m in MS:
                 x = torch.randn(m, k, generator=g).to(dtype)
                 xn = x.to("neuron")
-                t_n = timeit(lambda: F.linear(xn, wn), budget)
-                t_c = timeit(lambda: F.linear(x, w), budget)
+                t_n, t_c = compare(lambda: F.linear(xn, wn), lambda: F.linear(x, w), 2 * budget)
                 flops = 2.0 * m * nn * k
                 gf = flops / t_n * 1e-9
                 ratio = t_c / t_n

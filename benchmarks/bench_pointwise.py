@@ -12,11 +12,10 @@ make the multi-threaded CPU baseline 50x slower than on a quiet machine; the sin
 steadier comparison there.
 """
 
-import statistics
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import compare
 
 import torch_neuronx
 from torch_neuronx.testing.tiny_models import make_tiny_llama
@@ -24,24 +23,10 @@ from torch_neuronx.testing.tiny_models import make_tiny_llama
 N = 1 << 20
 
 
-def timeit(fn, sync, reps=50, warmup=5):
-    for _ in range(warmup):
-        fn()
-    sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
-
-
 def bench(name, make_fn):
     cpu_fn = make_fn("cpu")
     dev_fn = make_fn("neuron")
-    t_cpu = timeit(cpu_fn, lambda: None)
-    t_dev = timeit(dev_fn, torch.neuron.synchronize)
+    t_dev, t_cpu = compare(dev_fn, cpu_fn, sync=torch.neuron.synchronize)
     print(f"{name:28s} neuron {t_dev * 1e6:9.1f} us   cpu {t_cpu * 1e6:9.1f} us   ratio {t_cpu / t_dev:5.2f}x")
 
 

@@ -5,10 +5,10 @@ Prints, per case, the median time of each device and ratio = cpu_time / neuron_t
 at least as fast).
 """
 
-import time
 
 import torch
 import torch.nn.functional as F
+from _timing import compare
 
 import torch_neuronx  # noqa: F401
 
@@ -29,27 +29,10 @@ class LlamaRMSNorm(torch.nn.Module):
         return self.weight * h.to(dt)
 
 
-def timeit(fn, min_time=0.3, min_iters=5):
-    fn()
-    fn()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_iters or time.perf_counter() - start < min_time:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 2000:
-            break
-    times.sort()
-    return times[len(times) // 2]
-
-
 def bench(name, make_fn):
     res = {}
-    for dev in ["cpu", "neuron"]:
-        fn = make_fn(dev)
-        with torch.no_grad():
-            res[dev] = timeit(fn)
+    with torch.no_grad():
+        res["neuron"], res["cpu"] = compare(make_fn("neuron"), make_fn("cpu"), sync=torch.neuron.synchronize)
     ratio = res["cpu"] / res["neuron"]
     print(f"{name:<44} cpu {res['cpu'] * 1e6:10.1f} us   neuron {res['neuron'] * 1e6:10.1f} us   ratio {ratio:5.2f}")
     return ratio
