@@ -552,6 +552,26 @@ def test_max_min_small_ints(dtype):
     assert raises[0] == raises[1]
 
 
+COLUMN_CASES = [((7, 5), 0), ((33, 3), 0), ((1000, 37), 0), ((5, 17, 33), 0), ((5, 17, 33), 1), ((3, 300, 70), (0, 1)),
+                ((65536, 8), 0), ((64, 2100), 0), ((17, 16), 0), ((17, 15), 0), ((300, 1), 0), ((2, 3, 4), 0)]
+
+
+@pytest.mark.parametrize("shape,dim", COLUMN_CASES)
+@pytest.mark.parametrize("dtype", HALF_FLOATS)
+def test_sum_columns_exact(shape, dim, dtype):
+    # A sum over an outer dim into contiguous columns (a bias gradient) runs as column sums in the
+    # order PyTorch's CPU uses for them (a cascade for whole groups of 32 columns, 4 interleaved row
+    # streams for the rest): the same bits, also for the mean, the float32-output sum and a slice.
+    g = torch.Generator().manual_seed(len(shape) * 1000 + shape[-1])
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    n = x.to("neuron")
+    for op, f in (("sum.IntList_out", lambda t: t.sum(dim)), ("mean.out", lambda t: t.mean(dim)),
+                  ("sum.IntList_out", lambda t: t.sum(dim, dtype=torch.float32)),
+                  ("sum.IntList_out", lambda t: t[..., : max(1, t.shape[-1] - 3)].sum(dim))):
+        want, got = f(x), native("aten::" + op, lambda: f(n)).cpu()
+        assert torch.equal(got, want), (shape, dim, dtype, op, (got.float() - want.float()).abs().max())
+
+
 @pytest.mark.parametrize("n", [1, 7, 8, 31, 33, 257, 4095, 4096, 4097, 10_000, 100_003])
 def test_sum_bf16_rows_exact(n):
     # Contiguous bfloat16 rows are summed while widened (no float chunk buffer), in the same cascade

@@ -7,8 +7,9 @@
  * of rows, into a small state. Rows of f32/bf16/f16 are converted chunk-wise into float buffers and
  * reduced with the SIMD kernels of reduce_simd.h; f64 and integer rows use scalar double/int64 loops.
  * Many outputs run in parallel over outputs; few large outputs split their reduction space over the
- * threads and combine the partial states in order. A sum that reduces outer dims of a tensor whose
- * innermost kept dim is contiguous (a bias gradient) accumulates whole columns at once instead.
+ * threads and combine the partial states in order. A float sum over one outer dim of a tensor whose
+ * innermost kept dim is contiguous (a bias gradient, sum(0) of a matrix) adds whole row segments into
+ * per-column cascades instead (nk_colsum), in the order PyTorch's CPU sums such columns.
  */
 #include "reduce_simd.h"
 
@@ -36,6 +37,8 @@ NK_SIMD_FN(int, nk_rgather, (float *dst, const char *src, int64_t n, int64_t s, 
 NK_SIMD_FN(double, nk_sum, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_sum_cascade_bf16, (const uint16_t *x, int64_t n), (x, n))
+NK_SIMD_FN(void, nk_colsum, (const char *in, nk_dtype t, int64_t rows, int64_t rs, int64_t ncols, float *out),
+           (in, t, rows, rs, ncols, out))
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(float, nk_maxidx, (const float *x, int64_t n, int is_max, int64_t *idx), (x, n, is_max, idx))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
@@ -73,7 +76,8 @@ typedef struct nk_rplan {
 typedef struct nk_rctx {
     const nk_rplan *p;
     nk_rkind kind;
-    double c; /* SUMEXP shift */
+    double c;         /* SUMEXP shift */
+    bool values_only; /* MAX/MIN: the index is not wanted (amax, amin, logsumexp's shift) */
 } nk_rctx;
 
 static nk_status nk_rplan_init(nk_rplan *p, const nk_tensor *in, const nk_tensor *out, uint64_t dims, bool sort) {
@@ -359,8 +363,13 @@ static void nk_row_float(const nk_rctx *c, const char *base, int64_t n, int64_t 
         case NK_RK_MAX:
         case NK_RK_MIN: {
             nk_rstate r = {.n = len};
-            r.v = nk_maxidx(x, len, c->kind == NK_RK_MAX, &r.idx);
-            r.idx += pos + j;
+            if (c->values_only) {
+                /* Without the index: half the instructions, and memory-bound again on long rows. */
+                r.v = nk_max(x, len, c->kind == NK_RK_MAX);
+            } else {
+                r.v = nk_maxidx(x, len, c->kind == NK_RK_MAX, &r.idx);
+                r.idx += pos + j;
+            }
             nk_rstate_combine(st, &r, c->kind);
             break;
         }
@@ -577,6 +586,7 @@ static void nk_lse_run(void *ctx, int64_t b, int64_t e) {
         /* The max over the row, in the input's precision. */
         nk_rctx cm = j->c;
         cm.kind = NK_RK_MAX;
+        cm.values_only = true;
         nk_rstate st;
         nk_rstate_init(&st, NK_RK_MAX);
         nk_fold(&cm, base, 0, j->c.p->nred, &st);
@@ -589,6 +599,86 @@ static void nk_lse_run(void *ctx, int64_t b, int64_t e) {
         nk_fold(&cs, base, 0, j->c.p->nred, &s2);
         nk_store_f64_as(dst, j->e->out->dtype, log(s2.v) + m);
     }
+}
+
+/* ---- float sums over an outer dim into contiguous columns ---- */
+
+/*
+ * PyTorch's CPU sums such columns 4 vectors of 8 floats at a time, each column a cascade over all its
+ * rows (nk_colsum). Columns past the last whole group of 32 (of 4 when there are fewer columns than one
+ * input vector: 8 floats, or 16 half-precision values summed into their own dtype) are summed as a row:
+ * 4 interleaved streams of rows, each a cascade, the leftover rows added to the first, then the streams
+ * in order. This is that second order, for one column.
+ */
+static float nk_colsum_ilp4(const char *in, nk_dtype t, int64_t rows, int64_t rs) {
+    const int64_t groups = rows / 4;
+    int64_t lg = 0;
+    while ((INT64_C(1) << lg) < groups) lg++;
+    const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
+    float acc[4][4] = {{0}};
+    int64_t i = 0;
+    while (i + step <= groups) {
+        for (int64_t j = 0; j < step; j++, i++)
+            for (int k = 0; k < 4; k++) acc[0][k] += nk_load_f32(in + (4 * i + k) * rs, t);
+        for (int l = 1; l < 4; l++) {
+            for (int k = 0; k < 4; k++) {
+                acc[l][k] += acc[l - 1][k];
+                acc[l - 1][k] = 0;
+            }
+            if ((i & (mask << (l * power))) != 0) break;
+        }
+    }
+    for (; i < groups; i++)
+        for (int k = 0; k < 4; k++) acc[0][k] += nk_load_f32(in + (4 * i + k) * rs, t);
+    float part[4];
+    for (int k = 0; k < 4; k++) part[k] = ((acc[0][k] + acc[1][k]) + acc[2][k]) + acc[3][k];
+    for (int64_t r = groups * 4; r < rows; r++) part[0] += nk_load_f32(in + r * rs, t);
+    return ((part[0] + part[1]) + part[2]) + part[3];
+}
+
+typedef struct nk_col_job {
+    const nk_rplan *p;
+    const nk_emit_ctx *e;
+    int64_t cols;    /* the contiguous kept dim */
+    int64_t tiles;   /* blocks of NK_COLTILE columns per outer output */
+    int64_t cascade; /* columns [0, cascade) take the cascade of nk_colsum, the rest nk_colsum_ilp4 */
+} nk_col_job;
+
+static void nk_col_run(void *ctx, int64_t b, int64_t e) {
+    const nk_col_job *j = ctx;
+    const nk_rplan *p = j->p;
+    float sums[NK_COLTILE];
+    for (int64_t task = b; task < e; task++) {
+        const int64_t o0 = (task / j->tiles) * j->cols, c0 = (task % j->tiles) * NK_COLTILE;
+        const int64_t c1 = c0 + NK_COLTILE < j->cols ? c0 + NK_COLTILE : j->cols;
+        int64_t base;
+        nk_rplan_offsets(p, o0 + c0, &base, NULL);
+        const char *src = p->in + base * p->isz;
+        const int64_t rs = p->row_s * p->isz;
+        const int64_t na = (c1 < j->cascade ? c1 : j->cascade) - c0;
+        if (na > 0) nk_colsum(src, p->it, p->row_n, rs, na, sums);
+        for (int64_t c = na > 0 ? na : 0; c < c1 - c0; c++) sums[c] = nk_colsum_ilp4(src + c * p->isz, p->it, p->row_n, rs);
+        for (int64_t c = 0; c < c1 - c0; c++) {
+            /* PyTorch adds the sum into a zero-filled output: -0 becomes +0. */
+            const nk_rstate st = {.v = (double)(0.0f + sums[c])};
+            nk_emit_reduce((void *)j->e, o0 + c0 + c, &st);
+        }
+    }
+}
+
+/* Runs the sum as column sums when it is one (see above); false: not this layout. */
+static bool nk_colsum_try(const nk_rplan *p, const nk_tensor *out, const nk_emit_ctx *e) {
+    if (p->int_acc || !nk_is_half_or_float(p->it) || !nk_is_half_or_float(out->dtype)) return false;
+    if (p->nr != 0 || p->nk < 1 || p->kin[p->nk - 1] != 1 || p->row_s <= 0 || p->row_n < 1 || p->nout == 0) return false;
+    const int64_t cols = p->ksize[p->nk - 1];
+    const int64_t vec = p->it != NK_F32 && out->dtype == p->it ? 16 : 8;
+    nk_col_job job = {.p = p, .e = e, .cols = cols, .tiles = (cols + NK_COLTILE - 1) / NK_COLTILE};
+    job.cascade = cols >= vec ? cols / 32 * 32 : cols / 4 * 4;
+    const int64_t tasks = (p->nout / cols) * job.tiles;
+    const int64_t per_task = p->row_n * (cols < NK_COLTILE ? cols : NK_COLTILE);
+    const int64_t grain = NK_GRAIN / per_task;
+    nk_parallel_for(tasks, grain < 1 ? 1 : grain, nk_col_run, &job);
+    return true;
 }
 
 nk_status nk_reduce(const nk_tensor *out, const nk_tensor *in, uint64_t dims, nk_reduce_op op) {
@@ -619,6 +709,7 @@ nk_status nk_reduce(const nk_tensor *out, const nk_tensor *in, uint64_t dims, nk
         if (!(fin || nk_dtype_exact_in_double(in->dtype)) || out->dtype != in->dtype) return NK_UNSUPPORTED;
         if (p.nred == 0 && p.nout > 0) return NK_INVALID;
         c.kind = op == NK_REDUCE_AMAX ? NK_RK_MAX : NK_RK_MIN;
+        c.values_only = true;
         break;
     case NK_REDUCE_ANY:
     case NK_REDUCE_ALL:
@@ -641,6 +732,7 @@ nk_status nk_reduce(const nk_tensor *out, const nk_tensor *in, uint64_t dims, nk
     default: return NK_INVALID;
     }
     nk_emit_ctx e = {.p = &p, .out = out, .op = op};
+    if (c.kind == NK_RK_SUM && nk_colsum_try(&p, out, &e)) return NK_SUCCESS;
     nk_reduce_all(&c, nk_emit_reduce, &e);
     return NK_SUCCESS;
 }

@@ -26,6 +26,8 @@ int nk_reduce_isa(void);
 
 /* Rows are processed in chunks of this many floats (16 KiB of stack). */
 #define NK_CHUNK 4096
+/* Columns per block of a column sum (nk_colsum): its 4 cascade levels take 4 KiB each. */
+#define NK_COLTILE 1024
 
 typedef float nk_v16f __attribute__((vector_size(64)));
 typedef int32_t nk_v16i __attribute__((vector_size(64)));

@@ -26,6 +26,7 @@
 #define nk_sum_cascade_body NK_SFX(nk_sum_cascade_body, NK_ISA)
 #define nk_sum_cascade_core NK_SFX(nk_sum_cascade_core, NK_ISA)
 #define nk_sum_cascade_bf16_body NK_SFX(nk_sum_cascade_bf16_body, NK_ISA)
+#define nk_colsum_body NK_SFX(nk_colsum_body, NK_ISA)
 #define nk_vload8_bf16 NK_SFX(nk_vload8_bf16, NK_ISA)
 #define nk_sumsqdev_body NK_SFX(nk_sumsqdev_body, NK_ISA)
 #define nk_dot_body NK_SFX(nk_dot_body, NK_ISA)
@@ -299,6 +300,46 @@ NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) { return nk_sum_cas
 
 NK_BODY float nk_sum_cascade_bf16_body(const uint16_t *x, int64_t n) { return nk_sum_cascade_core(x, n, 1); }
 
+/* Sums of ncols (<= NK_COLTILE) contiguous f32/bf16/f16 columns over `rows` rows rs bytes apart, each
+ * column in nk_sum_cascade1's order, into out. Whole row segments are added at a time, so the input is
+ * read row after row; the levels are arrays in L1, one add per element and level flush. */
+NK_BODY void nk_colsum_body(const char *in, nk_dtype t, int64_t rows, int64_t rs, int64_t ncols, float *out) {
+    float acc[4][NK_COLTILE] __attribute__((aligned(64)));
+    for (int l = 0; l < 4; l++) memset(acc[l], 0, (size_t)ncols * sizeof(float));
+    int64_t lg = 0;
+    while ((INT64_C(1) << lg) < rows) lg++;
+    const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
+    float *restrict a0 = acc[0];
+#define NK_COLSUM_ROW(i)                                                                                 \
+    do {                                                                                                 \
+        const char *r_ = in + (i) * rs;                                                                  \
+        if (t == NK_F32) {                                                                               \
+            const float *x_ = (const float *)r_;                                                         \
+            for (int64_t c = 0; c < ncols; c++) a0[c] += x_[c];                                         \
+        } else if (t == NK_BF16) {                                                                       \
+            const uint16_t *h_ = (const uint16_t *)r_;                                                   \
+            for (int64_t c = 0; c < ncols; c++) a0[c] += nk_bf16_to_f32(h_[c]);                         \
+        } else {                                                                                         \
+            const uint16_t *h_ = (const uint16_t *)r_;                                                   \
+            for (int64_t c = 0; c < ncols; c++) a0[c] += nk_f16_to_f32(h_[c]);                          \
+        }                                                                                                \
+    } while (0)
+    int64_t i = 0;
+    while (i + step <= rows) {
+        for (int64_t j = 0; j < step; j++, i++) NK_COLSUM_ROW(i);
+        for (int l = 1; l < 4; l++) {
+            for (int64_t c = 0; c < ncols; c++) {
+                acc[l][c] += acc[l - 1][c];
+                acc[l - 1][c] = 0;
+            }
+            if ((i & (mask << (l * power))) != 0) break;
+        }
+    }
+    for (; i < rows; i++) NK_COLSUM_ROW(i);
+#undef NK_COLSUM_ROW
+    for (int64_t c = 0; c < ncols; c++) out[c] = ((acc[0][c] + acc[1][c]) + acc[2][c]) + acc[3][c];
+}
+
 /* Sum of (x - c)^2. */
 NK_BODY double nk_sumsqdev_body(const float *x, int64_t n, float c) {
     nk_v16f a0 = nk_vsplat(0), a1 = a0;
@@ -552,6 +593,7 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_sum_cascade_body
 #undef nk_sum_cascade_core
 #undef nk_sum_cascade_bf16_body
+#undef nk_colsum_body
 #undef nk_vload8_bf16
 #undef nk_sumsqdev_body
 #undef nk_dot_body

@@ -164,7 +164,8 @@ static void test_reduce_matrix(nk_dtype t, int64_t R, int64_t C, bool trans, int
 }
 
 static void test_reductions(void) {
-    static const int64_t sizes[][2] = {{1, 1}, {3, 5}, {7, 33}, {2, 1000}, {17, 4}, {1, 5000}};
+    /* {300, 1100}: column sums over several cascade levels, more columns than one block, a ragged tail. */
+    static const int64_t sizes[][2] = {{1, 1}, {3, 5}, {7, 33}, {2, 1000}, {17, 4}, {1, 5000}, {300, 1100}};
     for (size_t f = 0; f < sizeof FLOATS / sizeof FLOATS[0]; f++)
         for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
             for (int trans = 0; trans < 2; trans++)
