@@ -78,8 +78,18 @@ def main():
             xd = x.to(dev)
             return lambda: xd.mean(-1)
 
+        def s0(dev, x=x):
+            xd = x.to(dev)
+            return lambda: xd.sum(0)  # a bias gradient's reduction
+
+        def amax(dev, x=x):
+            xd = x.to(dev)
+            return lambda: xd.amax(-1)
+
         ratios.append(bench(f"sum(-1) [4096, 4096] {tag}", s))
         ratios.append(bench(f"mean(-1) [4096, 4096] {tag}", mn))
+        ratios.append(bench(f"sum(0) [4096, 4096] {tag}", s0))
+        ratios.append(bench(f"amax(-1) [4096, 4096] {tag}", amax))
     geo = 1.0
     for r in ratios:
         geo *= r

@@ -27,6 +27,7 @@
 #define nk_sum_cascade_core NK_SFX(nk_sum_cascade_core, NK_ISA)
 #define nk_sum_cascade_bf16_body NK_SFX(nk_sum_cascade_bf16_body, NK_ISA)
 #define nk_colsum_body NK_SFX(nk_colsum_body, NK_ISA)
+#define nk_sum_cascade2_body NK_SFX(nk_sum_cascade2_body, NK_ISA)
 #define nk_vload8_bf16 NK_SFX(nk_vload8_bf16, NK_ISA)
 #define nk_sumsqdev_body NK_SFX(nk_sumsqdev_body, NK_ISA)
 #define nk_dot_body NK_SFX(nk_dot_body, NK_ISA)
@@ -233,72 +234,81 @@ NK_AI nk_v8f nk_vload8_bf16(const uint16_t *p) {
 }
 
 /* The cascade over float or (bf16 != 0) bfloat16 elements, widened as they are loaded: the same sums
- * as gathering a bfloat16 chunk into floats first, without the store and reload of the chunk. */
-NK_AI float nk_sum_cascade_core(const void *xv, int64_t n, const int bf16) {
-    const float *x = (const float *)xv;
-    const uint16_t *h = (const uint16_t *)xv;
-#define NK_CASCADE_LOAD(v) (bf16 ? nk_vload8_bf16(h + (v) * 8) : nk_vload8(x + (v) * 8))
+ * as gathering a bfloat16 chunk into floats first, without the store and reload of the chunk. R rows
+ * (1 or 2, a constant after inlining) of the same length at once, out[r] the sum of xs[r]: one row's
+ * adds are 4 chains of dependent vector adds, and a second row's chains fill the adder's latency (a
+ * 768-float row is short enough for that latency, not memory, to bound it). Per row, the same adds in
+ * the same order. */
+NK_AI void nk_sum_cascade_core(const void *const *xs, const int R, int64_t n, const int bf16, float *out) {
+#define NK_CASCADE_LOAD(r, v)                                                                              \
+    (bf16 ? nk_vload8_bf16((const uint16_t *)xs[r] + (v) * 8) : nk_vload8((const float *)xs[r] + (v) * 8))
     const int64_t nvec = n / 8, groups = nvec / 4;
     int64_t lg = 0;
     while ((INT64_C(1) << lg) < groups) lg++;
     const int64_t power = lg / 4 > 4 ? lg / 4 : 4, step = INT64_C(1) << power, mask = step - 1;
-    /* Level 0 of the cascade in named variables: indexed by a run-time level, as the upper levels
-     * are, it lived on the stack and every add waited on a store-to-load forward. Same adds, same order. */
+    /* The cascade's levels (a: 0, b: 1, c: 2, d: 3) in variables indexed by constants only, so they live
+     * in registers: level 0 indexed by a run-time level lived on the stack and every add waited on a
+     * store-to-load forward, and an array of the upper levels was zeroed by `rep stos`. */
     const nk_v8f zero = {0};
-    nk_v8f a0 = zero, a1 = zero, a2 = zero, a3 = zero;
-    nk_v8f acc[4][4];
-    memset(acc, 0, sizeof acc);
+    nk_v8f a[2][4], b[2][4], c[2][4], d[2][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) a[r][k] = b[r][k] = c[r][k] = d[r][k] = zero;
+#define NK_CASCADE_EACH(stmt)                                                                              \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) stmt
     int64_t i = 0;
     while (i + step <= groups) {
-        for (int64_t j = 0; j < step; j++, i++) {
-            a0 += NK_CASCADE_LOAD(i * 4 + 0);
-            a1 += NK_CASCADE_LOAD(i * 4 + 1);
-            a2 += NK_CASCADE_LOAD(i * 4 + 2);
-            a3 += NK_CASCADE_LOAD(i * 4 + 3);
-        }
-        acc[1][0] += a0;
-        acc[1][1] += a1;
-        acc[1][2] += a2;
-        acc[1][3] += a3;
-        a0 = a1 = a2 = a3 = zero;
+        for (int64_t j = 0; j < step; j++, i++) NK_CASCADE_EACH(a[r][k] += NK_CASCADE_LOAD(r, i * 4 + k));
+        NK_CASCADE_EACH((b[r][k] += a[r][k], a[r][k] = zero));
         if ((i & (mask << power)) != 0) continue;
-        for (int l = 2; l < 4; l++) {
-            for (int k = 0; k < 4; k++) {
-                acc[l][k] += acc[l - 1][k];
-                acc[l - 1][k] = zero;
-            }
-            if ((i & (mask << (l * power))) != 0) break;
-        }
+        NK_CASCADE_EACH((c[r][k] += b[r][k], b[r][k] = zero));
+        if ((i & (mask << (2 * power))) != 0) continue;
+        NK_CASCADE_EACH((d[r][k] += c[r][k], c[r][k] = zero));
     }
-    for (; i < groups; i++) {
-        a0 += NK_CASCADE_LOAD(i * 4 + 0);
-        a1 += NK_CASCADE_LOAD(i * 4 + 1);
-        a2 += NK_CASCADE_LOAD(i * 4 + 2);
-        a3 += NK_CASCADE_LOAD(i * 4 + 3);
+    for (; i < groups; i++) NK_CASCADE_EACH(a[r][k] += NK_CASCADE_LOAD(r, i * 4 + k));
+    NK_CASCADE_EACH(a[r][k] += b[r][k]);
+    NK_CASCADE_EACH(a[r][k] += c[r][k]);
+    NK_CASCADE_EACH(a[r][k] += d[r][k]);
+#undef NK_CASCADE_EACH
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        for (int64_t v = groups * 4; v < nvec; v++) a[r][0] += NK_CASCADE_LOAD(r, v);
+        nk_v8f tot = a[r][0];
+        tot += a[r][1];
+        tot += a[r][2];
+        tot += a[r][3];
+        float sum = 0;
+        for (int64_t e = nvec * 8; e < n; e++)
+            sum += bf16 ? nk_bf16_to_f32(((const uint16_t *)xs[r])[e]) : ((const float *)xs[r])[e];
+        float lanes[8];
+        memcpy(lanes, &tot, sizeof lanes);
+        for (int l = 0; l < 8; l++) sum += lanes[l];
+        out[r] = sum;
     }
-    for (int l = 1; l < 4; l++) {
-        a0 += acc[l][0];
-        a1 += acc[l][1];
-        a2 += acc[l][2];
-        a3 += acc[l][3];
-    }
-    for (int64_t v = groups * 4; v < nvec; v++) a0 += NK_CASCADE_LOAD(v);
 #undef NK_CASCADE_LOAD
-    nk_v8f tot = a0;
-    tot += a1;
-    tot += a2;
-    tot += a3;
-    float s = 0;
-    for (int64_t e = nvec * 8; e < n; e++) s += bf16 ? nk_bf16_to_f32(h[e]) : x[e];
-    float lanes[8];
-    memcpy(lanes, &tot, sizeof lanes);
-    for (int l = 0; l < 8; l++) s += lanes[l];
+}
+
+NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
+    const void *xs[1] = {x};
+    float s;
+    nk_sum_cascade_core(xs, 1, n, 0, &s);
     return s;
 }
 
-NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) { return nk_sum_cascade_core(x, n, 0); }
+NK_BODY float nk_sum_cascade_bf16_body(const uint16_t *x, int64_t n) {
+    const void *xs[1] = {x};
+    float s;
+    nk_sum_cascade_core(xs, 1, n, 1, &s);
+    return s;
+}
 
-NK_BODY float nk_sum_cascade_bf16_body(const uint16_t *x, int64_t n) { return nk_sum_cascade_core(x, n, 1); }
+/* Two rows of n float (bf16 = 0) or bfloat16 elements at once: out[0], out[1] as nk_sum_cascade*. */
+NK_BODY void nk_sum_cascade2_body(const void *x, const void *y, int64_t n, int bf16, float *out) {
+    const void *xs[2] = {x, y};
+    if (bf16) nk_sum_cascade_core(xs, 2, n, 1, out);
+    else nk_sum_cascade_core(xs, 2, n, 0, out);
+}
 
 /* Sums of ncols (<= NK_COLTILE) contiguous f32/bf16/f16 columns over `rows` rows rs bytes apart, each
  * column in nk_sum_cascade1's order, into out. Whole row segments are added at a time, so the input is
@@ -594,6 +604,7 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_sum_cascade_core
 #undef nk_sum_cascade_bf16_body
 #undef nk_colsum_body
+#undef nk_sum_cascade2_body
 #undef nk_vload8_bf16
 #undef nk_sumsqdev_body
 #undef nk_dot_body
