@@ -3,10 +3,17 @@
 The host is shared and noisy: the same code runs 10-30% faster or slower for seconds at a time. Timing
 neuron first and the CPU afterwards lets such a phase decide the ratio, so the two are measured in
 alternating rounds (neuron, CPU, neuron, CPU, ...) and each gets the median of its rounds.
+
+Between rounds both sides sit idle for GAP_S: after a parallel region PyTorch's OpenMP threads spin
+for milliseconds (libgomp's default wait policy), and ours for about half a millisecond; a round that
+starts right after the other side's took a core away from itself (a 512x2048x768 GEMM on neuron ran at
+68-72% of the FMA peak instead of 88-91%).
 """
 
 import statistics
 import time
+
+GAP_S = 0.05
 
 
 def _noop():
@@ -31,6 +38,7 @@ def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None):
     samples = ([], [])
     for _ in range(rounds):
         for i, (fn, sy) in enumerate(zip(fns, syncs)):
+            time.sleep(GAP_S)
             t0 = time.perf_counter()
             for _ in range(reps[i]):
                 fn()
