@@ -4,16 +4,17 @@ The host is shared and noisy: the same code runs 10-30% faster or slower for sec
 neuron first and the CPU afterwards lets such a phase decide the ratio, so the two are measured in
 alternating rounds (neuron, CPU, neuron, CPU, ...) and each gets the median of its rounds.
 
-Between rounds both sides sit idle for GAP_S: after a parallel region PyTorch's OpenMP threads spin
-for milliseconds (libgomp's default wait policy), and ours for about half a millisecond; a round that
-starts right after the other side's took a core away from itself (a 512x2048x768 GEMM on neuron ran at
-68-72% of the FMA peak instead of 88-91%).
+Each round starts with WARM_S of untimed calls. Right after the other side's round, PyTorch's OpenMP
+threads still spin for milliseconds (libgomp's default wait policy) and the kernel pool's for about half
+a millisecond, taking a core from the side whose round begins: a 512x2048x768 GEMM on neuron measured
+68-72% of the FMA peak there instead of 88-91%. Idling between rounds instead left threads and cores
+cold: a 3 ms GEMM timed in short rounds after 50 ms of sleep took 5-7 ms.
 """
 
 import statistics
 import time
 
-GAP_S = 0.05
+WARM_S = 0.02
 
 
 def _noop():
@@ -22,8 +23,8 @@ def _noop():
 
 def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None):
     """Seconds per call of fn_neuron and of fn_cpu: the median over `rounds` alternating rounds, each the
-    mean of enough calls to fill budget_s over all rounds of both. sync (torch.neuron.synchronize) is
-    called after every neuron call."""
+    mean of enough calls to fill budget_s over all rounds of both (after its warm-up). sync
+    (torch.neuron.synchronize) is called after every neuron call."""
     fns = (fn_neuron, fn_cpu)
     syncs = (sync or _noop, _noop)
     reps = []
@@ -38,7 +39,12 @@ def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None):
     samples = ([], [])
     for _ in range(rounds):
         for i, (fn, sy) in enumerate(zip(fns, syncs)):
-            time.sleep(GAP_S)
+            t_warm = time.perf_counter() + WARM_S
+            while True:
+                fn()
+                sy()
+                if time.perf_counter() >= t_warm:
+                    break
             t0 = time.perf_counter()
             for _ in range(reps[i]):
                 fn()
