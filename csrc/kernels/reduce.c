@@ -43,6 +43,7 @@ NK_SIMD_FN(void, nk_colsum, (const char *in, nk_dtype t, int64_t rows, int64_t r
 NK_SIMD_FN(double, nk_sumsqdev, (const float *x, int64_t n, float c), (x, n, c))
 NK_SIMD_FN(float, nk_maxidx, (const float *x, int64_t n, int is_max, int64_t *idx), (x, n, is_max, idx))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
+NK_SIMD_FN(float, nk_max_bf16, (const uint16_t *x, int64_t n, int is_max), (x, n, is_max))
 NK_SIMD_FN(double, nk_expsub, (float *dst, const float *x, int64_t n, float c), (dst, x, n, c))
 
 /* ---- plans ---- */
@@ -356,6 +357,11 @@ static void nk_row_float(const nk_rctx *c, const char *base, int64_t n, int64_t 
         if (c->kind == NK_RK_SUM && t == NK_BF16 && s == 1) {
             /* Widened while summed: the same chunks and order, the chunk never stored. */
             st->v += nk_sum_cascade_bf16((const uint16_t *)src, len);
+            continue;
+        }
+        if ((c->kind == NK_RK_MAX || c->kind == NK_RK_MIN) && c->values_only && t == NK_BF16 && s == 1) {
+            nk_rstate r = {.n = len, .v = nk_max_bf16((const uint16_t *)src, len, c->kind == NK_RK_MAX)};
+            nk_rstate_combine(st, &r, c->kind);
             continue;
         }
         if (t == NK_F32 && s == 1) x = (const float *)src;

@@ -33,6 +33,8 @@
 #define nk_dot_body NK_SFX(nk_dot_body, NK_ISA)
 #define nk_maxidx_body NK_SFX(nk_maxidx_body, NK_ISA)
 #define nk_max_body NK_SFX(nk_max_body, NK_ISA)
+#define nk_max_core NK_SFX(nk_max_core, NK_ISA)
+#define nk_max_bf16_body NK_SFX(nk_max_bf16_body, NK_ISA)
 #define nk_expsub_body NK_SFX(nk_expsub_body, NK_ISA)
 #define nk_axpb_body NK_SFX(nk_axpb_body, NK_ISA)
 #define nk_smbwd_body NK_SFX(nk_smbwd_body, NK_ISA)
@@ -445,19 +447,24 @@ NK_BODY float nk_maxidx_body(const float *x, int64_t n, int is_max, int64_t *idx
 }
 
 /* Max (or min) value only, NaN propagating. */
-NK_BODY float nk_max_body(const float *x, int64_t n, int is_max) {
+/* max (is_max) or min of float (bf16 = 0) or bfloat16 elements, widened as loaded; NaN if any is. */
+NK_AI float nk_max_core(const void *xv, int64_t n, int is_max, const int bf16) {
+    const float *x = (const float *)xv;
+    const uint16_t *h = (const uint16_t *)xv;
+#define NK_MAX_LOAD(i) (bf16 ? nk_vload_bf16(h + (i)) : nk_vload(x + (i)))
+#define NK_MAX_ELEM(i) (bf16 ? nk_bf16_to_f32(h[i]) : x[i])
     nk_v16f b0 = nk_vsplat(is_max ? -INFINITY : INFINITY), b1 = b0;
     nk_v16i nan = {0};
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
-        const nk_v16f v0 = nk_vload(x + i), v1 = nk_vload(x + i + 16);
+        const nk_v16f v0 = NK_MAX_LOAD(i), v1 = NK_MAX_LOAD(i + 16);
         nan |= NK_VISNAN(v0) | NK_VISNAN(v1);
         b0 = nk_vsel(is_max ? (v0 > b0) : (v0 < b0), v0, b0);
         b1 = nk_vsel(is_max ? (v1 > b1) : (v1 < b1), v1, b1);
     }
     b0 = nk_vsel(is_max ? (b1 > b0) : (b1 < b0), b1, b0);
     for (; i + 16 <= n; i += 16) {
-        const nk_v16f v = nk_vload(x + i);
+        const nk_v16f v = NK_MAX_LOAD(i);
         nan |= NK_VISNAN(v);
         b0 = nk_vsel(is_max ? (v > b0) : (v < b0), v, b0);
     }
@@ -472,11 +479,18 @@ NK_BODY float nk_max_body(const float *x, int64_t n, int is_max) {
         if (is_max ? t[l] > best : t[l] < best) best = t[l];
     }
     for (; i < n; i++) {
-        any_nan |= x[i] != x[i];
-        if (is_max ? x[i] > best : x[i] < best) best = x[i];
+        const float v = NK_MAX_ELEM(i);
+        any_nan |= v != v;
+        if (is_max ? v > best : v < best) best = v;
     }
+#undef NK_MAX_LOAD
+#undef NK_MAX_ELEM
     return any_nan ? NAN : best;
 }
+
+NK_BODY float nk_max_body(const float *x, int64_t n, int is_max) { return nk_max_core(x, n, is_max, 0); }
+
+NK_BODY float nk_max_bf16_body(const uint16_t *x, int64_t n, int is_max) { return nk_max_core(x, n, is_max, 1); }
 
 /* dst[i] = exp(x[i] - c) (dst may be x); returns the sum in double. */
 NK_BODY double nk_expsub_body(float *dst, const float *x, int64_t n, float c) {
@@ -610,6 +624,8 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_dot_body
 #undef nk_maxidx_body
 #undef nk_max_body
+#undef nk_max_core
+#undef nk_max_bf16_body
 #undef nk_expsub_body
 #undef nk_axpb_body
 #undef nk_smbwd_body
