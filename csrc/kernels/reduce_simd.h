@@ -5,7 +5,7 @@
  * stack, works on contiguous floats, and converts back on store. So the SIMD code below only ever sees
  * float arrays. It is written with GCC vector extensions (16 floats per vector): the bodies are
  * always_inline and instantiated per ISA by NK_SIMD_FN, so the same source becomes AVX-512 (one zmm),
- * AVX2 (two ymm) or baseline SSE2 code, chosen at run time by nk_reduce_isa().
+ * AVX2 (one ymm: 8 lanes there) or baseline SSE2 code, chosen at run time by nk_reduce_isa().
  */
 #ifndef NEURON_REDUCE_SIMD_H
 #define NEURON_REDUCE_SIMD_H
@@ -34,6 +34,9 @@ typedef int32_t nk_v16i __attribute__((vector_size(64)));
 typedef uint32_t nk_v16u __attribute__((vector_size(64)));
 typedef uint16_t nk_v16h __attribute__((vector_size(32)));
 typedef float nk_v8f __attribute__((vector_size(32)));
+typedef int32_t nk_v8i __attribute__((vector_size(32)));
+typedef uint32_t nk_v8u __attribute__((vector_size(32)));
+typedef uint16_t nk_v8h __attribute__((vector_size(16)));
 
 /* A lane-0 shuffle becomes one broadcast; a 16-element initializer is built lane by lane by GCC. */
 /* m ? a : b for a comparison mask m (all ones / zeros per lane). */

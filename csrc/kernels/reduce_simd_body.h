@@ -44,43 +44,62 @@
 #define nk_gxh_body NK_SFX(nk_gxh_body, NK_ISA)
 #define nk_dxrow_body NK_SFX(nk_dxrow_body, NK_ISA)
 
-NK_AI nk_v16f nk_vload(const float *p) {
-    nk_v16f v;
+/* The vector of this ISA: 16 float lanes on AVX-512, 8 elsewhere. GCC 12 lowers comparisons of
+ * 64-byte vectors lane by lane through the stack where the target has no 64-byte registers (AVX2 softmax
+ * and amax ran 4-10x slower than PyTorch's CPU that way), while 32-byte ones become single instructions. */
+#if defined(__AVX512F__)
+#define NK_VL 16
+#define NK_VF nk_v16f
+#define NK_VI nk_v16i
+#define NK_VU nk_v16u
+#define NK_VH nk_v16h
+#define NK_LANES {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#else
+#define NK_VL 8
+#define NK_VF nk_v8f
+#define NK_VI nk_v8i
+#define NK_VU nk_v8u
+#define NK_VH nk_v8h
+#define NK_LANES {0, 1, 2, 3, 4, 5, 6, 7}
+#endif
+
+NK_AI NK_VF nk_vload(const float *p) {
+    NK_VF v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-NK_AI void nk_vstore(float *p, nk_v16f v) { memcpy(p, &v, sizeof v); }
+NK_AI void nk_vstore(float *p, NK_VF v) { memcpy(p, &v, sizeof v); }
 
-NK_AI nk_v16f nk_vsplat(float f) {
-    const nk_v16f v = {f};
-    return __builtin_shuffle(v, (nk_v16i){0});
+NK_AI NK_VF nk_vsplat(float f) {
+    const NK_VF v = {f};
+    return __builtin_shuffle(v, (NK_VI){0});
 }
 
-NK_AI nk_v16i nk_vbits(nk_v16f v) {
-    nk_v16i i;
+NK_AI NK_VI nk_vbits(NK_VF v) {
+    NK_VI i;
     memcpy(&i, &v, sizeof i);
     return i;
 }
 
-NK_AI nk_v16f nk_vfloat(nk_v16i i) {
-    nk_v16f v;
+NK_AI NK_VF nk_vfloat(NK_VI i) {
+    NK_VF v;
     memcpy(&v, &i, sizeof v);
     return v;
 }
 
-NK_AI nk_v16f nk_vsel(nk_v16i m, nk_v16f a, nk_v16f b) { return nk_vfloat((m & nk_vbits(a)) | (~m & nk_vbits(b))); }
+NK_AI NK_VF nk_vsel(NK_VI m, NK_VF a, NK_VF b) { return nk_vfloat((m & nk_vbits(a)) | (~m & nk_vbits(b))); }
 
-NK_AI float nk_vhsum(nk_v16f v) {
+NK_AI float nk_vhsum(NK_VF v) {
     /* Pairwise, so the lane order does not bias the rounding. */
-    float t[16];
+    float t[NK_VL];
     nk_vstore(t, v);
-    for (int w = 8; w >= 1; w >>= 1)
+    for (int w = NK_VL / 2; w >= 1; w >>= 1)
         for (int l = 0; l < w; l++) t[l] += t[l + w];
     return t[0];
 }
 
-NK_AI nk_v16f nk_vexp(nk_v16f x) {
+NK_AI NK_VF nk_vexp(NK_VF x) {
 #if defined(__AVX512F__)
     /* The same reduction and polynomial, with 2^n applied by vscalefps: it overflows to inf, gives
      * PyTorch's subnormals below -87.3 and keeps NaN by itself, which saves the selects (a third of
@@ -90,9 +109,9 @@ NK_AI nk_v16f nk_vexp(nk_v16f x) {
     const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-110.0f), _mm512_min_ps(_mm512_set1_ps(89.0f), (__m512)x));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    nk_v16f r = (nk_v16f)_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-    r = (nk_v16f)_mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), (__m512)r);
-    nk_v16f p = nk_vsplat(1.0f / 5040.0f);
+    NK_VF r = (NK_VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
+    r = (NK_VF)_mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), (__m512)r);
+    NK_VF p = nk_vsplat(1.0f / 5040.0f);
     p = p * r + nk_vsplat(1.0f / 720.0f);
     p = p * r + nk_vsplat(1.0f / 120.0f);
     p = p * r + nk_vsplat(1.0f / 24.0f);
@@ -100,65 +119,67 @@ NK_AI nk_v16f nk_vexp(nk_v16f x) {
     p = p * r + nk_vsplat(0.5f);
     p = p * r + nk_vsplat(1.0f);
     p = p * r + nk_vsplat(1.0f);
-    return (nk_v16f)_mm512_scalef_ps((__m512)p, n);
+    return (NK_VF)_mm512_scalef_ps((__m512)p, n);
 #else
-    nk_v16f out;
-    NK_EXP_BODY(nk_v16f, nk_vsplat, nk_vbits, nk_vfloat, nk_vsel, NK_VLT, NK_VGT, NK_VNE, x, out);
+    NK_VF out;
+    NK_EXP_BODY(NK_VF, nk_vsplat, nk_vbits, nk_vfloat, nk_vsel, NK_VLT, NK_VGT, NK_VNE, x, out);
     return out;
 #endif
 }
 
-NK_AI nk_v16f nk_vload_bf16(const uint16_t *p) {
+NK_AI NK_VF nk_vload_bf16(const uint16_t *p) {
 #if defined(__AVX512F__)
-    return (nk_v16f)_mm512_castsi512_ps(
+    return (NK_VF)_mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+#elif defined(__AVX2__)
+    return (NK_VF)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 #else
-    nk_v16h h;
+    NK_VH h;
     memcpy(&h, p, sizeof h);
-    nk_v16u w = __builtin_convertvector(h, nk_v16u) << 16;
-    return nk_vfloat((nk_v16i)w);
+    NK_VU w = __builtin_convertvector(h, NK_VU) << 16;
+    return nk_vfloat((NK_VI)w);
 #endif
 }
 
 /* nk_f16_to_f32, lane-wise. */
-NK_AI nk_v16f nk_vload_f16(const uint16_t *p) {
-    nk_v16h h;
+NK_AI NK_VF nk_vload_f16(const uint16_t *p) {
+    NK_VH h;
     memcpy(&h, p, sizeof h);
-    const nk_v16u w = __builtin_convertvector(h, nk_v16u) << 16;
-    const nk_v16u sign = w & 0x80000000u;
-    const nk_v16u two_w = w + w;
-    const nk_v16f normalized = nk_vfloat((nk_v16i)((two_w >> 4) + (0xE0u << 23))) * nk_vsplat(0x1.0p-112f);
-    const nk_v16f denormalized = nk_vfloat((nk_v16i)((two_w >> 17) | (126u << 23))) - nk_vsplat(0.5f);
-    const nk_v16i is_denormal = (nk_v16i)(two_w < (1u << 27));
-    const nk_v16i r = (nk_v16i)sign | (nk_vbits(denormalized) & is_denormal) | (nk_vbits(normalized) & ~is_denormal);
+    const NK_VU w = __builtin_convertvector(h, NK_VU) << 16;
+    const NK_VU sign = w & 0x80000000u;
+    const NK_VU two_w = w + w;
+    const NK_VF normalized = nk_vfloat((NK_VI)((two_w >> 4) + (0xE0u << 23))) * nk_vsplat(0x1.0p-112f);
+    const NK_VF denormalized = nk_vfloat((NK_VI)((two_w >> 17) | (126u << 23))) - nk_vsplat(0.5f);
+    const NK_VI is_denormal = (NK_VI)(two_w < (1u << 27));
+    const NK_VI r = (NK_VI)sign | (nk_vbits(denormalized) & is_denormal) | (nk_vbits(normalized) & ~is_denormal);
     return nk_vfloat(r);
 }
 
 /* nk_f32_to_bf16 (round to nearest even, NaN -> 0x7FC0), lane-wise. */
-NK_AI void nk_vstore_bf16(uint16_t *p, nk_v16f f) {
-    const nk_v16u u = (nk_v16u)nk_vbits(f);
-    const nk_v16u rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const nk_v16u is_nan = (nk_v16u)((u & 0x7FFFFFFFu) > 0x7F800000u);
-    const nk_v16u r = (is_nan & 0x7FC0u) | (~is_nan & rounded);
-    nk_v16h h = __builtin_convertvector(r, nk_v16h);
+NK_AI void nk_vstore_bf16(uint16_t *p, NK_VF f) {
+    const NK_VU u = (NK_VU)nk_vbits(f);
+    const NK_VU rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const NK_VU is_nan = (NK_VU)((u & 0x7FFFFFFFu) > 0x7F800000u);
+    const NK_VU r = (is_nan & 0x7FC0u) | (~is_nan & rounded);
+    NK_VH h = __builtin_convertvector(r, NK_VH);
     memcpy(p, &h, sizeof h);
 }
 
 /* nk_f32_to_f16, lane-wise. */
-NK_AI void nk_vstore_f16(uint16_t *p, nk_v16f f) {
-    const nk_v16u w = (nk_v16u)nk_vbits(f);
-    nk_v16f base = (nk_vfloat((nk_v16i)(w & 0x7FFFFFFFu)) * nk_vsplat(0x1.0p+112f)) * nk_vsplat(0x1.0p-110f);
-    const nk_v16u shl1_w = w + w;
-    const nk_v16u sign = w & 0x80000000u;
-    const nk_v16u exp_bits_in = shl1_w & 0xFF000000u;
-    const nk_v16u small = (nk_v16u)(exp_bits_in < 0x71000000u);
-    const nk_v16u bias = (small & 0x71000000u) | (~small & exp_bits_in);
-    base = nk_vfloat((nk_v16i)((bias >> 1) + 0x07800000u)) + base;
-    const nk_v16u bits = (nk_v16u)nk_vbits(base);
-    const nk_v16u nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
-    const nk_v16u is_nan = (nk_v16u)(shl1_w > 0xFF000000u);
-    const nk_v16u r = (sign >> 16) | (0x7E00u & is_nan) | (nonsign & ~is_nan);
-    nk_v16h h = __builtin_convertvector(r, nk_v16h);
+NK_AI void nk_vstore_f16(uint16_t *p, NK_VF f) {
+    const NK_VU w = (NK_VU)nk_vbits(f);
+    NK_VF base = (nk_vfloat((NK_VI)(w & 0x7FFFFFFFu)) * nk_vsplat(0x1.0p+112f)) * nk_vsplat(0x1.0p-110f);
+    const NK_VU shl1_w = w + w;
+    const NK_VU sign = w & 0x80000000u;
+    const NK_VU exp_bits_in = shl1_w & 0xFF000000u;
+    const NK_VU small = (NK_VU)(exp_bits_in < 0x71000000u);
+    const NK_VU bias = (small & 0x71000000u) | (~small & exp_bits_in);
+    base = nk_vfloat((NK_VI)((bias >> 1) + 0x07800000u)) + base;
+    const NK_VU bits = (NK_VU)nk_vbits(base);
+    const NK_VU nonsign = ((bits >> 13) & 0x00007C00u) + (bits & 0x00000FFFu);
+    const NK_VU is_nan = (NK_VU)(shl1_w > 0xFF000000u);
+    const NK_VU r = (sign >> 16) | (0x7E00u & is_nan) | (nonsign & ~is_nan);
+    NK_VH h = __builtin_convertvector(r, NK_VH);
     memcpy(p, &h, sizeof h);
 }
 
@@ -170,9 +191,9 @@ NK_BODY int nk_rgather_body(float *dst, const char *src, int64_t n, int64_t s, n
         return 0;
     }
     if (s == 1 && t == NK_BF16) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload_bf16((const uint16_t *)src + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload_bf16((const uint16_t *)src + i));
     } else if (s == 1 && t == NK_F16) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload_f16((const uint16_t *)src + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload_f16((const uint16_t *)src + i));
     }
     const size_t es = nk_dtype_size(t);
     for (; i < n; i++) dst[i] = nk_load_f32(src + i * s * (int64_t)es, t);
@@ -187,9 +208,9 @@ NK_BODY int nk_rscatter_body(char *dst, int64_t s, nk_dtype t, const float *src,
         return 0;
     }
     if (s == 1 && t == NK_BF16) {
-        for (; i + 16 <= n; i += 16) nk_vstore_bf16((uint16_t *)dst + i, nk_vload(src + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore_bf16((uint16_t *)dst + i, nk_vload(src + i));
     } else if (s == 1 && t == NK_F16) {
-        for (; i + 16 <= n; i += 16) nk_vstore_f16((uint16_t *)dst + i, nk_vload(src + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore_f16((uint16_t *)dst + i, nk_vload(src + i));
     }
     const size_t es = nk_dtype_size(t);
     for (; i < n; i++) nk_store_f32(dst + i * s * (int64_t)es, t, src[i]);
@@ -198,15 +219,15 @@ NK_BODY int nk_rscatter_body(char *dst, int64_t s, nk_dtype t, const float *src,
 
 /* Sum in float lanes (4 accumulators), the result in double. */
 NK_BODY double nk_sum_body(const float *x, int64_t n) {
-    nk_v16f a0 = nk_vsplat(0), a1 = a0, a2 = a0, a3 = a0;
+    NK_VF a0 = nk_vsplat(0), a1 = a0, a2 = a0, a3 = a0;
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
+    for (; i + 4 * NK_VL <= n; i += 4 * NK_VL) {
         a0 += nk_vload(x + i);
-        a1 += nk_vload(x + i + 16);
-        a2 += nk_vload(x + i + 32);
-        a3 += nk_vload(x + i + 48);
+        a1 += nk_vload(x + i + NK_VL);
+        a2 += nk_vload(x + i + 2 * NK_VL);
+        a3 += nk_vload(x + i + 3 * NK_VL);
     }
-    for (; i + 16 <= n; i += 16) a0 += nk_vload(x + i);
+    for (; i + NK_VL <= n; i += NK_VL) a0 += nk_vload(x + i);
     double s = (double)nk_vhsum((a0 + a1) + (a2 + a3));
     for (; i < n; i++) s += x[i];
     return s;
@@ -354,16 +375,16 @@ NK_BODY void nk_colsum_body(const char *in, nk_dtype t, int64_t rows, int64_t rs
 
 /* Sum of (x - c)^2. */
 NK_BODY double nk_sumsqdev_body(const float *x, int64_t n, float c) {
-    nk_v16f a0 = nk_vsplat(0), a1 = a0;
-    const nk_v16f vc = nk_vsplat(c);
+    NK_VF a0 = nk_vsplat(0), a1 = a0;
+    const NK_VF vc = nk_vsplat(c);
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        nk_v16f d0 = nk_vload(x + i) - vc, d1 = nk_vload(x + i + 16) - vc;
+    for (; i + 2 * NK_VL <= n; i += 2 * NK_VL) {
+        NK_VF d0 = nk_vload(x + i) - vc, d1 = nk_vload(x + i + NK_VL) - vc;
         a0 += d0 * d0;
         a1 += d1 * d1;
     }
-    for (; i + 16 <= n; i += 16) {
-        nk_v16f d = nk_vload(x + i) - vc;
+    for (; i + NK_VL <= n; i += NK_VL) {
+        NK_VF d = nk_vload(x + i) - vc;
         a0 += d * d;
     }
     double s = (double)nk_vhsum(a0 + a1);
@@ -373,13 +394,13 @@ NK_BODY double nk_sumsqdev_body(const float *x, int64_t n, float c) {
 
 /* Sum of a[i]*b[i]. */
 NK_BODY double nk_dot_body(const float *a, const float *b, int64_t n) {
-    nk_v16f a0 = nk_vsplat(0), a1 = a0;
+    NK_VF a0 = nk_vsplat(0), a1 = a0;
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
+    for (; i + 2 * NK_VL <= n; i += 2 * NK_VL) {
         a0 += nk_vload(a + i) * nk_vload(b + i);
-        a1 += nk_vload(a + i + 16) * nk_vload(b + i + 16);
+        a1 += nk_vload(a + i + NK_VL) * nk_vload(b + i + NK_VL);
     }
-    for (; i + 16 <= n; i += 16) a0 += nk_vload(a + i) * nk_vload(b + i);
+    for (; i + NK_VL <= n; i += NK_VL) a0 += nk_vload(a + i) * nk_vload(b + i);
     double s = (double)nk_vhsum(a0 + a1);
     for (; i < n; i++) s += (double)(a[i] * b[i]);
     return s;
@@ -390,7 +411,7 @@ NK_BODY double nk_dot_body(const float *a, const float *b, int64_t n) {
  * its best value and the index where it saw it; a strictly better value or a first NaN replaces it.
  */
 NK_BODY float nk_maxidx_body(const float *x, int64_t n, int is_max, int64_t *idx) {
-    if (n < 16) {
+    if (n < NK_VL) {
         float best = x[0];
         int64_t bi = 0;
         for (int64_t i = 1; i < n; i++) {
@@ -404,25 +425,25 @@ NK_BODY float nk_maxidx_body(const float *x, int64_t n, int is_max, int64_t *idx
         *idx = bi;
         return best;
     }
-    nk_v16f bv = nk_vload(x);
-    const nk_v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    nk_v16i bi = lane;
-    int64_t i = 16;
+    NK_VF bv = nk_vload(x);
+    const NK_VI lane = NK_LANES;
+    NK_VI bi = lane;
+    int64_t i = NK_VL;
     /* Lane indices are int32: the caller splits rows longer than 2^30. */
-    for (; i + 16 <= n; i += 16) {
-        const nk_v16f v = nk_vload(x + i);
-        const nk_v16i better = is_max ? (v > bv) : (v < bv);
-        const nk_v16i take = better | (NK_VISNAN(v) & ~NK_VISNAN(bv));
+    for (; i + NK_VL <= n; i += NK_VL) {
+        const NK_VF v = nk_vload(x + i);
+        const NK_VI better = is_max ? (v > bv) : (v < bv);
+        const NK_VI take = better | (NK_VISNAN(v) & ~NK_VISNAN(bv));
         bv = nk_vsel(take, v, bv);
         bi = (take & (lane + (int32_t)i)) | (~take & bi);
     }
-    float tv[16];
-    int32_t ti[16];
+    float tv[NK_VL];
+    int32_t ti[NK_VL];
     nk_vstore(tv, bv);
     memcpy(ti, &bi, sizeof ti);
     float best = tv[0];
     int64_t besti = ti[0];
-    for (int l = 1; l < 16; l++) {
+    for (int l = 1; l < NK_VL; l++) {
         const float v = tv[l];
         const bool bn = best != best, vn = v != v;
         bool take;
@@ -453,28 +474,28 @@ NK_AI float nk_max_core(const void *xv, int64_t n, int is_max, const int bf16) {
     const uint16_t *h = (const uint16_t *)xv;
 #define NK_MAX_LOAD(i) (bf16 ? nk_vload_bf16(h + (i)) : nk_vload(x + (i)))
 #define NK_MAX_ELEM(i) (bf16 ? nk_bf16_to_f32(h[i]) : x[i])
-    nk_v16f b0 = nk_vsplat(is_max ? -INFINITY : INFINITY), b1 = b0;
-    nk_v16i nan = {0};
+    NK_VF b0 = nk_vsplat(is_max ? -INFINITY : INFINITY), b1 = b0;
+    NK_VI nan = {0};
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const nk_v16f v0 = NK_MAX_LOAD(i), v1 = NK_MAX_LOAD(i + 16);
+    for (; i + 2 * NK_VL <= n; i += 2 * NK_VL) {
+        const NK_VF v0 = NK_MAX_LOAD(i), v1 = NK_MAX_LOAD(i + NK_VL);
         nan |= NK_VISNAN(v0) | NK_VISNAN(v1);
         b0 = nk_vsel(is_max ? (v0 > b0) : (v0 < b0), v0, b0);
         b1 = nk_vsel(is_max ? (v1 > b1) : (v1 < b1), v1, b1);
     }
     b0 = nk_vsel(is_max ? (b1 > b0) : (b1 < b0), b1, b0);
-    for (; i + 16 <= n; i += 16) {
-        const nk_v16f v = NK_MAX_LOAD(i);
+    for (; i + NK_VL <= n; i += NK_VL) {
+        const NK_VF v = NK_MAX_LOAD(i);
         nan |= NK_VISNAN(v);
         b0 = nk_vsel(is_max ? (v > b0) : (v < b0), v, b0);
     }
-    float t[16];
-    int32_t tn[16];
+    float t[NK_VL];
+    int32_t tn[NK_VL];
     nk_vstore(t, b0);
     memcpy(tn, &nan, sizeof tn);
     float best = is_max ? -INFINITY : INFINITY;
     bool any_nan = false;
-    for (int l = 0; l < 16; l++) {
+    for (int l = 0; l < NK_VL; l++) {
         any_nan |= tn[l] != 0;
         if (is_max ? t[l] > best : t[l] < best) best = t[l];
     }
@@ -494,11 +515,11 @@ NK_BODY float nk_max_bf16_body(const uint16_t *x, int64_t n, int is_max) { retur
 
 /* dst[i] = exp(x[i] - c) (dst may be x); returns the sum in double. */
 NK_BODY double nk_expsub_body(float *dst, const float *x, int64_t n, float c) {
-    nk_v16f a0 = nk_vsplat(0);
-    const nk_v16f vc = nk_vsplat(c);
+    NK_VF a0 = nk_vsplat(0);
+    const NK_VF vc = nk_vsplat(c);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const nk_v16f e = nk_vexp(nk_vload(x + i) - vc);
+    for (; i + NK_VL <= n; i += NK_VL) {
+        const NK_VF e = nk_vexp(nk_vload(x + i) - vc);
         if (dst) nk_vstore(dst + i, e);
         a0 += e;
     }
@@ -513,46 +534,46 @@ NK_BODY double nk_expsub_body(float *dst, const float *x, int64_t n, float c) {
 
 /* dst[i] = x[i] * a + b */
 NK_BODY int nk_axpb_body(float *dst, const float *x, int64_t n, float a, float b) {
-    const nk_v16f va = nk_vsplat(a), vb = nk_vsplat(b);
+    const NK_VF va = nk_vsplat(a), vb = nk_vsplat(b);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va + vb);
+    for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload(x + i) * va + vb);
     for (; i < n; i++) dst[i] = x[i] * a + b;
     return 0;
 }
 
 /* dst = y * (g - d) */
 NK_BODY int nk_smbwd_body(float *dst, const float *y, const float *g, int64_t n, float d) {
-    const nk_v16f vd = nk_vsplat(d);
+    const NK_VF vd = nk_vsplat(d);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(y + i) * (nk_vload(g + i) - vd));
+    for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload(y + i) * (nk_vload(g + i) - vd));
     for (; i < n; i++) dst[i] = y[i] * (g[i] - d);
     return 0;
 }
 
 /* dst = g - exp(y) * s */
 NK_BODY int nk_lsmbwd_body(float *dst, const float *y, const float *g, int64_t n, float s) {
-    const nk_v16f vs = nk_vsplat(s);
+    const NK_VF vs = nk_vsplat(s);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(g + i) - nk_vexp(nk_vload(y + i)) * vs);
+    for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload(g + i) - nk_vexp(nk_vload(y + i)) * vs);
     for (; i < n; i++) dst[i] = g[i] - nk_exp_f32(y[i]) * s;
     return 0;
 }
 
 /* dst = (x * a + c) * w + b; w and/or b may be NULL. */
 NK_BODY int nk_affine_body(float *dst, const float *x, int64_t n, float a, float c, const float *w, const float *b) {
-    const nk_v16f va = nk_vsplat(a), vc = nk_vsplat(c);
+    const NK_VF va = nk_vsplat(a), vc = nk_vsplat(c);
     int64_t i = 0;
     if (w && b) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i) + nk_vload(b + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i) + nk_vload(b + i));
         for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i] + b[i];
     } else if (w) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) * nk_vload(w + i));
         for (; i < n; i++) dst[i] = (x[i] * a + c) * w[i];
     } else if (b) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) + nk_vload(b + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, (nk_vload(x + i) * va + vc) + nk_vload(b + i));
         for (; i < n; i++) dst[i] = (x[i] * a + c) + b[i];
     } else {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va + vc);
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload(x + i) * va + vc);
         for (; i < n; i++) dst[i] = x[i] * a + c;
     }
     return 0;
@@ -560,13 +581,13 @@ NK_BODY int nk_affine_body(float *dst, const float *x, int64_t n, float a, float
 
 /* dst = x * a * w (RMS norm: the input times rstd, then the weight, as PyTorch rounds it). */
 NK_BODY int nk_scalew_body(float *dst, const float *x, int64_t n, float a, const float *w) {
-    const nk_v16f va = nk_vsplat(a);
+    const NK_VF va = nk_vsplat(a);
     int64_t i = 0;
     if (w) {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, (nk_vload(x + i) * va) * nk_vload(w + i));
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, (nk_vload(x + i) * va) * nk_vload(w + i));
         for (; i < n; i++) dst[i] = (x[i] * a) * w[i];
     } else {
-        for (; i + 16 <= n; i += 16) nk_vstore(dst + i, nk_vload(x + i) * va);
+        for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, nk_vload(x + i) * va);
         for (; i < n; i++) dst[i] = x[i] * a;
     }
     return 0;
@@ -574,10 +595,10 @@ NK_BODY int nk_scalew_body(float *dst, const float *x, int64_t n, float a, const
 
 /* g = dy * w (w may be NULL); xh = (x - mu) * r. */
 NK_BODY int nk_gxh_body(float *g, float *xh, const float *dy, const float *w, const float *x, int64_t n, float mu, float r) {
-    const nk_v16f vm = nk_vsplat(mu), vr = nk_vsplat(r);
+    const NK_VF vm = nk_vsplat(mu), vr = nk_vsplat(r);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        nk_v16f d = nk_vload(dy + i);
+    for (; i + NK_VL <= n; i += NK_VL) {
+        NK_VF d = nk_vload(dy + i);
         if (w) d *= nk_vload(w + i);
         nk_vstore(g + i, d);
         nk_vstore(xh + i, (nk_vload(x + i) - vm) * vr);
@@ -591,9 +612,9 @@ NK_BODY int nk_gxh_body(float *g, float *xh, const float *dy, const float *w, co
 
 /* dst = r * (g - a - xh * b) */
 NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n, float r, float a, float b) {
-    const nk_v16f vr = nk_vsplat(r), va = nk_vsplat(a), vb = nk_vsplat(b);
+    const NK_VF vr = nk_vsplat(r), va = nk_vsplat(a), vb = nk_vsplat(b);
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) nk_vstore(dst + i, vr * (nk_vload(g + i) - va - nk_vload(xh + i) * vb));
+    for (; i + NK_VL <= n; i += NK_VL) nk_vstore(dst + i, vr * (nk_vload(g + i) - va - nk_vload(xh + i) * vb));
     for (; i < n; i++) dst[i] = r * (g[i] - a - xh[i] * b);
     return 0;
 }
@@ -636,3 +657,9 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_dxrow_body
 #undef NK_SFX
 #undef NK_SFX2
+#undef NK_VL
+#undef NK_VF
+#undef NK_VI
+#undef NK_VU
+#undef NK_VH
+#undef NK_LANES
