@@ -7,6 +7,7 @@
  *
  * NK_GEMM_ROWS: rows of the GEMM register tile (2*rows vector accumulators must fit the register file).
  * NK_ATTN_OWN_PRODUCTS: only the row functions; the including file writes the products and the table.
+ * NK_ATTN_OWN_ROWS: nor the row functions (max, exp, sums); the including file writes them too.
  * Contract for every function here: row lengths that are vectors (n, N) are multiples of 16.
  */
 
@@ -135,6 +136,7 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vhsum16)(const nk_v16f a[16]) {
            __builtin_shufflevector(z[0], z[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
 }
 
+#ifndef NK_ATTN_OWN_ROWS /* the including file supplies the row functions */
 NK_TGT static float NK_SFX(nk_row_max)(const float *s, int64_t n) {
     nk_v16f m = NK_SFX(nk_vsplat)(-INFINITY);
     for (int64_t j = 0; j < n; j += 16) m = NK_SFX(nk_vmax_nan)(m, NK_VLOAD(s + j));
@@ -188,6 +190,8 @@ NK_TGT static void NK_SFX(nk_vec_exp_diff)(const float *a, const float *b, float
 NK_TGT static void NK_SFX(nk_row_exp)(float *s, int64_t n, float m) {
     for (int64_t j = 0; j < n; j += 16) NK_VSTORE(s + j, NK_SFX(nk_vexp)(NK_VLOAD(s + j) - m));
 }
+
+#endif /* NK_ATTN_OWN_ROWS */
 
 #ifndef NK_ATTN_OWN_PRODUCTS /* the including file supplies the two products and the table */
 /*
