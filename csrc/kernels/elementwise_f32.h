@@ -452,4 +452,6 @@ static void NK_EW_F(to_f16)(uint16_t *d, const float *s, int64_t n) {
     __VA_ARGS__ \
 }
 
+#ifndef NK_EW_OWN_TABLE /* the including file defines the table, with ops of its own */
 const nk_ew_f32_table NK_EW_TABLE = NK_EW_TABLE_INIT(NK_EW_ISA_NAME, NK_EW_F(to_bf16), .bf16 = {NULL});
+#endif
