@@ -474,20 +474,28 @@ NK_AI float nk_max_core(const void *xv, int64_t n, int is_max, const int bf16) {
     const uint16_t *h = (const uint16_t *)xv;
 #define NK_MAX_LOAD(i) (bf16 ? nk_vload_bf16(h + (i)) : nk_vload(x + (i)))
 #define NK_MAX_ELEM(i) (bf16 ? nk_bf16_to_f32(h[i]) : x[i])
+/* v > b ? v : b (v < b ? v : b for min) is exactly vmaxps (vminps) v, b; NaNs are tracked apart. */
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define NK_MAX_SEL(v, b) ((NK_VF)(is_max ? _mm256_max_ps((__m256)(v), (__m256)(b)) : _mm256_min_ps((__m256)(v), (__m256)(b))))
+#define NK_MAX_NAN(v) ((NK_VI)_mm256_castps_si256(_mm256_cmp_ps((__m256)(v), (__m256)(v), _CMP_UNORD_Q)))
+#else
+#define NK_MAX_SEL(v, b) nk_vsel(is_max ? ((v) > (b)) : ((v) < (b)), (v), (b))
+#define NK_MAX_NAN(v) NK_VISNAN(v)
+#endif
     NK_VF b0 = nk_vsplat(is_max ? -INFINITY : INFINITY), b1 = b0;
     NK_VI nan = {0};
     int64_t i = 0;
     for (; i + 2 * NK_VL <= n; i += 2 * NK_VL) {
         const NK_VF v0 = NK_MAX_LOAD(i), v1 = NK_MAX_LOAD(i + NK_VL);
-        nan |= NK_VISNAN(v0) | NK_VISNAN(v1);
-        b0 = nk_vsel(is_max ? (v0 > b0) : (v0 < b0), v0, b0);
-        b1 = nk_vsel(is_max ? (v1 > b1) : (v1 < b1), v1, b1);
+        nan |= NK_MAX_NAN(v0) | NK_MAX_NAN(v1);
+        b0 = NK_MAX_SEL(v0, b0);
+        b1 = NK_MAX_SEL(v1, b1);
     }
-    b0 = nk_vsel(is_max ? (b1 > b0) : (b1 < b0), b1, b0);
+    b0 = NK_MAX_SEL(b1, b0);
     for (; i + NK_VL <= n; i += NK_VL) {
         const NK_VF v = NK_MAX_LOAD(i);
-        nan |= NK_VISNAN(v);
-        b0 = nk_vsel(is_max ? (v > b0) : (v < b0), v, b0);
+        nan |= NK_MAX_NAN(v);
+        b0 = NK_MAX_SEL(v, b0);
     }
     float t[NK_VL];
     int32_t tn[NK_VL];
@@ -506,6 +514,8 @@ NK_AI float nk_max_core(const void *xv, int64_t n, int is_max, const int bf16) {
     }
 #undef NK_MAX_LOAD
 #undef NK_MAX_ELEM
+#undef NK_MAX_SEL
+#undef NK_MAX_NAN
     return any_nan ? NAN : best;
 }
 
