@@ -16,14 +16,23 @@ void route_composite_ops_to_cpu();
 
 using namespace torch_neuronx;
 
+namespace {
+// The kernels' parallel loops on PyTorch's intra-op pool: one set of threads for our kernels, PyTorch's
+// CPU kernels and the kernels torch.compile generates (see nk_parallel_set_runner).
+void run_on_intraop_pool(int64_t n, int64_t grain, nk_range_fn fn, void* ctx) {
+  at::parallel_for(0, n, grain, [&](int64_t b, int64_t e) { fn(ctx, b, e); });
+}
+int intraop_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
+}  // namespace
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "TorchNeuron native binding";
 
   m.def("_init", [] {
     ensure_init();
     route_composite_ops_to_cpu();
-    // The kernel pool uses as many threads as PyTorch's CPU kernels: they never run at the same time.
     nk_threads_set(at::get_num_threads());
+    nk_parallel_set_runner(run_on_intraop_pool, intraop_threads);
   });
   m.def("_is_initialized", [] { return nrn_is_initialized(); });
   // Never raises: a broken environment reports zero devices here; _init() explains why.

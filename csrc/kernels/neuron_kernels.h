@@ -421,9 +421,8 @@ nk_status nk_histc_int(const nk_tensor *hist, const nk_tensor *src, int64_t min,
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at
- * once), then sleep on a futex, so an idle pool costs nothing. The binding sets the thread count to
- * PyTorch's intra-op thread count: our kernels and PyTorch's CPU kernels never run at the same time
- * (execution is synchronous on the calling thread), so together they never oversubscribe the cores.
+ * once), then sleep on a futex, so an idle pool costs nothing. It serves the C tests and any host
+ * without another pool; inside PyTorch the binding hands the work to PyTorch's (nk_parallel_set_runner).
  */
 typedef void (*nk_range_fn)(void *ctx, int64_t begin, int64_t end);
 /* Total threads including the caller (>= 1); 1 runs everything on the caller. Default: 1. */
@@ -433,6 +432,15 @@ int nk_threads_get(void);
  * last), on the pool and the calling thread; returns when all chunks are done. Calls made from inside
  * a chunk run serially on that thread. */
 void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx);
+/*
+ * Hands nk_parallel_for to another pool: run(n, grain, fn, ctx) must have the contract above (and run
+ * nested calls serially), threads() give its thread count, which nk_threads_get then reports. The binding
+ * installs PyTorch's intra-op pool, which also runs PyTorch's CPU kernels and the C++ kernels
+ * torch.compile generates: with two pools, each one's threads spin after its jobs while the other's
+ * want the cores (a compiled decode spent a fifth of its time so). NULL, NULL: this library's pool.
+ */
+typedef void (*nk_parallel_run_fn)(int64_t n, int64_t grain, nk_range_fn fn, void *ctx);
+void nk_parallel_set_runner(nk_parallel_run_fn run, int (*threads)(void));
 
 #ifdef __cplusplus
 }

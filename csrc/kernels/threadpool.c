@@ -112,6 +112,14 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+static _Atomic(nk_parallel_run_fn) g_runner;
+static int (*_Atomic g_runner_threads)(void);
+
+void nk_parallel_set_runner(nk_parallel_run_fn run, int (*threads)(void)) {
+    atomic_store(&g_runner_threads, run != NULL ? threads : NULL);
+    atomic_store(&g_runner, run);
+}
+
 void nk_threads_set(int n) {
     if (n < 1)
         n = 1;
@@ -124,6 +132,11 @@ void nk_threads_set(int n) {
 }
 
 int nk_threads_get(void) {
+    int (*threads)(void) = atomic_load_explicit(&g_runner_threads, memory_order_acquire);
+    if (threads != NULL) {
+        const int n = threads();
+        return n < 1 ? 1 : n;
+    }
     return g_threads;
 }
 
@@ -132,6 +145,11 @@ void nk_parallel_for(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
         return;
     if (grain < 1)
         grain = 1;
+    const nk_parallel_run_fn run = atomic_load_explicit(&g_runner, memory_order_acquire);
+    if (run != NULL) {
+        run(n, grain, fn, ctx);
+        return;
+    }
     int threads = g_threads;
     if (t_in_parallel || threads == 1 || n <= grain) {
         fn(ctx, 0, n);
