@@ -154,6 +154,13 @@ AVX2_TARGET static void pack_a_kcontig_avx2(float *dst, const void *src, nk_dtyp
 
 /* ---- skinny path: dot products along contiguous k ----------------------------------------------- */
 
+/* Bytes ahead of each column's loads that the dot kernels prefetch, one line per line read. A decode
+ * GEMV streams its weight from memory with few instructions per byte in flight (bf16 widens every
+ * load: 14 instructions per cache line), so the out-of-order window alone keeps too few lines coming;
+ * 8 KiB ahead (past the tile's 6 rows at k = 768) raised bf16 decode GEMVs from 15.5-18.1 to
+ * 17.6-20.5 GB/s on 2 Zen 3 cores. Prefetches never fault, so running past the weight is harmless. */
+#define DOT_PREFETCH_BYTES 8192
+
 /* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns; the NB columns of B stream once. */
 AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda, const char *b, nk_dtype dt,
                           size_t es, int64_t ldb, float *c, int64_t ldc) {
@@ -163,8 +170,13 @@ AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda
 #pragma GCC unroll 6
         for (int jj = 0; jj < NB; jj++) acc[ii][jj] = _mm256_setzero_ps();
     int64_t k0 = 0;
+    const int64_t line_k = 64 / (int64_t)es; /* k per cache line */
     for (; k0 + 8 <= k; k0 += 8) {
         __m256 w[6];
+        if ((k0 & (line_k - 1)) == 0)
+#pragma GCC unroll 6
+            for (int jj = 0; jj < NB; jj++)
+                _mm_prefetch(b + (jj * ldb + k0) * (int64_t)es + DOT_PREFETCH_BYTES, _MM_HINT_T0);
 #pragma GCC unroll 6
         for (int jj = 0; jj < NB; jj++) w[jj] = load8_full(b + (jj * ldb + k0) * (int64_t)es, dt);
 #pragma GCC unroll 4
