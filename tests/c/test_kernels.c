@@ -1174,6 +1174,61 @@ static void test_threadpool(void) {
     nk_threads_set(1);
 }
 
+/* Another pool in charge (as the binding installs PyTorch's): every loop goes through it, nested calls
+ * included, nk_threads_get reports its count, and NULL gives the library's pool back. This runner runs
+ * the chunks itself in reverse order, each `grain` long, the nested ones serially. */
+static int g_runner_calls, g_runner_depth;
+
+static void reverse_runner(int64_t n, int64_t grain, nk_range_fn fn, void *ctx) {
+    g_runner_calls++;
+    if (g_runner_depth > 0) { /* nested: serially, as at::parallel_for does inside a parallel region */
+        fn(ctx, 0, n);
+        return;
+    }
+    g_runner_depth++;
+    for (int64_t e = n; e > 0; e -= grain) fn(ctx, e - grain > 0 ? e - grain : 0, e);
+    g_runner_depth--;
+}
+
+static int three_threads(void) { return 3; }
+
+static void test_parallel_runner(void) {
+    enum { N = 1001 };
+    static int64_t hits[N];
+    nk_threads_set(2);
+    nk_parallel_set_runner(reverse_runner, three_threads);
+    CHECK(nk_threads_get() == 3);
+    memset(hits, 0, sizeof hits);
+    pool_ctx c = {.hits = hits, .grain = 7, .nested = 1};
+    nk_parallel_for(N, c.grain, pool_visit, &c);
+    int ok = 1;
+    for (int64_t i = 0; i < N; i++) ok &= hits[i] == 1;
+    CHECK(ok);
+    CHECK(g_runner_calls == 1 + (N + 6) / 7); /* the loop, and one nested loop per chunk */
+    /* A kernel through the runner: a 96 x 80 x 64 product of ones (every entry 64) is split in tasks. */
+    enum { M = 96, K = 64, NN = 80 };
+    static float a[M * K], b[K * NN], out[M * NN];
+    for (int i = 0; i < M * K; i++) a[i] = 1.0f;
+    for (int i = 0; i < K * NN; i++) b[i] = 1.0f;
+    nk_tensor ta = {.data = a, .dtype = NK_F32, .ndim = 2}, tb = ta, to = ta;
+    ta.sizes[0] = M, ta.sizes[1] = K, ta.strides[0] = K, ta.strides[1] = 1;
+    tb.data = b, tb.sizes[0] = K, tb.sizes[1] = NN, tb.strides[0] = NN, tb.strides[1] = 1;
+    to.data = out, to.sizes[0] = M, to.sizes[1] = NN, to.strides[0] = NN, to.strides[1] = 1;
+    const int before = g_runner_calls;
+    CHECK(nk_gemm(&to, &ta, &tb, NULL, 1.0, 0.0) == NK_SUCCESS);
+    CHECK(g_runner_calls > before);
+    for (int i = 0; i < M * NN; i++) ok &= out[i] == (float)K;
+    CHECK(ok);
+    nk_parallel_set_runner(NULL, NULL);
+    CHECK(nk_threads_get() == 2);
+    const int calls = g_runner_calls;
+    memset(hits, 0, sizeof hits);
+    c.nested = 0;
+    nk_parallel_for(N, c.grain, pool_visit, &c);
+    CHECK(g_runner_calls == calls);
+    nk_threads_set(1);
+}
+
 int main(void) {
     test_dtype_props();
     test_copy_edge_cases();
@@ -1187,6 +1242,7 @@ int main(void) {
     test_randperm();
     test_rng_errors();
     test_threadpool();
+    test_parallel_runner();
     printf("test_kernels: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures == 0 ? 0 : 1;
 }
