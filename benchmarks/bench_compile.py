@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -54,31 +55,46 @@ def sync(device: str) -> None:
         torch.neuron.synchronize()
 
 
-def bench_decode(model, device: str, backend, new_tokens: int, prompt: int = 16):
-    """Returns (compile seconds or None, tokens/s, tokens)."""
-    ids = torch.randint(3, 32000, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
-    # Every mode and dtype compiles the same Transformers function: without a reset their graphs share
-    # one recompile budget (8), and past it Dynamo silently runs the rest eagerly.
-    torch._dynamo.reset()
-    t0 = time.perf_counter()
-    generate(model, ids, 2, backend)  # compiles the decode graph (prefill runs eagerly)
+def decode_prompt(device: str, prompt: int = 16):
+    return torch.randint(3, 32000, (1, prompt), generator=torch.Generator().manual_seed(0)).to(device)
+
+
+def decode_lengths(new_tokens: int):
+    """The two generation lengths whose time difference gives the decode rate (prefill and set-up cancel)."""
+    return 1 + new_tokens // 4, 1 + new_tokens
+
+
+def timed_generate(model, device: str, backend, n: int):
+    ids = decode_prompt(device)
     sync(device)
-    first = time.perf_counter() - t0
-    generate(model, ids, new_tokens, backend)  # warm-up
-    # Decode rate: difference of two runs cancels prefill and set-up.
-    times = {}
-    for n in (1 + new_tokens // 4, 1 + new_tokens):
-        best = float("inf")
-        for _ in range(3):
-            sync(device)
-            t = time.perf_counter()
-            out = generate(model, ids, n, backend)
-            sync(device)
-            best = min(best, time.perf_counter() - t)
-        times[n] = best
-    lo, hi = sorted(times)
-    tps = (hi - lo) / (times[hi] - times[lo])
-    return first, tps, out[0, prompt:].cpu()
+    t = time.perf_counter()
+    out = generate(model, ids, n, backend)
+    sync(device)
+    return time.perf_counter() - t, out[0, ids.shape[1]:].cpu()
+
+
+def warm_decode(model, device: str, backend, new_tokens: int) -> float:
+    """Compiles (for a backend) and warms every length the timing uses; returns the first call's seconds,
+    which for a backend is the decode graph's compile time (prefill runs eagerly)."""
+    first, _ = timed_generate(model, device, backend, 2)
+    for n in decode_lengths(new_tokens):
+        timed_generate(model, device, backend, n)
+    return first
+
+
+def bench_decode(modes, new_tokens: int, rounds: int = 3):
+    """Decode tokens/s per mode (name -> (model, device, backend)), measured in alternating rounds, each
+    mode once per round, and the median taken: a phase of the shared host, lasting seconds, then falls on
+    every mode alike instead of on whichever ran during it. Returns ({name: tokens/s}, {name: tokens})."""
+    lo, hi = decode_lengths(new_tokens)
+    rates = {name: [] for name in modes}
+    tokens = {}
+    for _ in range(rounds):
+        for name, (model, device, backend) in modes.items():
+            t_lo, _ = timed_generate(model, device, backend, lo)
+            t_hi, tokens[name] = timed_generate(model, device, backend, hi)
+            rates[name].append((hi - lo) / (t_hi - t_lo))
+    return {name: statistics.median(r) for name, r in rates.items()}, tokens
 
 
 def bench_train(model, device: str, backend, seq: int, batch: int = 2, steps: int = 3):
@@ -113,7 +129,8 @@ def warm_compile_child(layers: int) -> None:
     import torch_neuronx.compiler  # noqa: F401
 
     model = make_model(layers, "neuron")
-    first, _, _ = bench_decode(model, "neuron", "neuron", new_tokens=2)
+    torch._dynamo.reset()
+    first, _ = timed_generate(model, "neuron", "neuron", 2)
     print(json.dumps({"warm_compile_s": first}))
 
 
@@ -145,12 +162,20 @@ def main() -> None:
         neuron, cpu = make_model(args.layers, "neuron", dtype), make_model(args.layers, "cpu", dtype)
         if i == 0:
             print(f"parameters: {sum(p.numel() for p in cpu.parameters()) / 1e6:.1f}M", flush=True)
-        res = {}
-        first, res["neuron_compiled"], tok_c = bench_decode(neuron, "neuron", "neuron", args.new_tokens)
+        modes = {"neuron_compiled": (neuron, "neuron", "neuron"), "neuron_eager": (neuron, "neuron", None),
+                 "cpu_inductor": (cpu, "cpu", "inductor"), "cpu_eager": (cpu, "cpu", None)}
+        # Both compiled modes compile the same Transformers function: their graphs (a few per mode, one
+        # per static-cache length) must all stay within Dynamo's recompile budget, or past it Dynamo
+        # silently runs the rest eagerly.
+        torch._dynamo.reset()
+        torch._dynamo.config.recompile_limit = 64
+        first = warm_decode(neuron, "neuron", "neuron", args.new_tokens)
         print(f"{dtype}: decode compile {first:.1f} s", flush=True)
-        _, res["neuron_eager"], tok_e = bench_decode(neuron, "neuron", None, args.new_tokens)
-        cpu_compile, res["cpu_inductor"], tok_cpu = bench_decode(cpu, "cpu", "inductor", args.new_tokens)
-        _, res["cpu_eager"], tok_cpu_e = bench_decode(cpu, "cpu", None, args.new_tokens)
+        warm_decode(neuron, "neuron", None, args.new_tokens)
+        cpu_compile = warm_decode(cpu, "cpu", "inductor", args.new_tokens)
+        warm_decode(cpu, "cpu", None, args.new_tokens)
+        res, toks = bench_decode(modes, args.new_tokens)
+        tok_c, tok_e, tok_cpu, tok_cpu_e = (toks[k] for k in modes)
         if dtype == torch.float32:  # the cache was empty: the warm-cache child below compiles this graph again
             cold, cpu_cold = first, cpu_compile
         # In reduced precision Inductor keeps fused intermediates in fp32, so compiled and eager round
