@@ -4,11 +4,11 @@ The host is shared and noisy: the same code runs 10-30% faster or slower for sec
 neuron first and the CPU afterwards lets such a phase decide the ratio, so the two are measured in
 alternating rounds (neuron, CPU, neuron, CPU, ...) and each gets the median of its rounds.
 
-Each round starts with WARM_S of untimed calls. Right after the other side's round, PyTorch's OpenMP
-threads still spin for milliseconds (libgomp's default wait policy) and the kernel pool's for about half
-a millisecond, taking a core from the side whose round begins: a 512x2048x768 GEMM on neuron measured
-68-72% of the FMA peak there instead of 88-91%. Idling between rounds instead left threads and cores
-cold: a 3 ms GEMM timed in short rounds after 50 ms of sleep took 5-7 ms.
+Each round starts with WARM_S of untimed calls, so neither side starts cold. While the kernels had a
+pool of their own, PyTorch's OpenMP threads still spun for milliseconds after the CPU side's round and
+took a core from the neuron side (a 512x2048x768 GEMM measured 68-72% of the FMA peak there instead of
+88-91%); both now share PyTorch's pool, and the warm-up still keeps caches and threads warm. Idling
+between rounds instead left them cold: a 3 ms GEMM timed in short rounds after 50 ms of sleep took 5-7 ms.
 """
 
 import statistics
