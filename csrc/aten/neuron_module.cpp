@@ -31,7 +31,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", [] {
     ensure_init();
     route_composite_ops_to_cpu();
-    nk_threads_set(at::get_num_threads());
     nk_parallel_set_runner(run_on_intraop_pool, intraop_threads);
   });
   m.def("_is_initialized", [] { return nrn_is_initialized(); });

@@ -159,7 +159,9 @@ static int NK_EW_F(silu)(void *o_, const void *const *in, int64_t n, const nk_ew
     return 0;
 }
 #else
-NK_EW_DEF1(silu, v / (1.0f + nk_vm_exp(-v)))
+/* silu's float formula; the fused bfloat16 silu of the AVX2 table uses it too. */
+static inline float nk_ew_silu(float v) { return v / (1.0f + nk_vm_exp(-v)); }
+NK_EW_DEF1(silu, nk_ew_silu(v))
 #endif
 NK_EW_DEF1(gelu, v * 0.5f * (1.0f + nk_vm_erf(v * NK_SQRT1_2F)))
 NK_EW_DEF1(gelu_tanh, nk_ew_gelu_tanh(v))

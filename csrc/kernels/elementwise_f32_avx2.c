@@ -44,10 +44,7 @@ static int nk_ew_bf16_silu(void *o_, const void *const *in, int64_t n, const nk_
     uint16_t *o = (uint16_t *)o_;
     const uint16_t *x = (const uint16_t *)in[0];
     (void)A;
-    for (int64_t i = 0; i < n; i++) {
-        const float v = nk_bf16_to_f32(x[i]);
-        o[i] = nk_f32_to_bf16(v / (1.0f + nk_vm_exp(-v)));
-    }
+    for (int64_t i = 0; i < n; i++) o[i] = nk_f32_to_bf16(nk_ew_silu(nk_bf16_to_f32(x[i])));
     return 0;
 }
 
