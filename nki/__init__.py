@@ -1,0 +1,167 @@
+"""A Neuron Kernel Interface (NKI) package for TorchNeuron: runs NKI kernels written for Trainium, unmodified.
+
+- ``nki.jit`` kernels called with neuron torch tensors run on the tensors' own (host-addressable) memory and
+  return neuron tensors; called with numpy arrays, or through ``nki.simulate``, they run on numpy.
+- ``nki.language`` (``nl``) and ``nki.isa`` (``nisa``) follow aws-neuron-sdk's API docstrings, including the
+  older forms that Hub kernels still use (bare ``sbuf``/``hbm``/``psum`` buffers, tile-returning calls).
+- The hardware model: partition dim <= 128, SBUF capacity per partition by target, PSUM 8 x 2 KiB banks,
+  nc_matmul limits, values rounded to the destination dtype on every store, NaN-filled fresh allocations.
+  A broken limit raises ``nki.NkiError`` naming the limit, the value and the kernel's file:line.
+
+This first version interprets every instruction in numpy (see docs/DEVELOPING.md: the lowering to C is not done).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+
+import numpy as np
+
+from . import _core, isa, language  # noqa: F401
+from ._core import NkiError, NkiTensor  # noqa: F401
+
+__version__ = "0.1.0"
+
+_BUILTIN_NAMES = {"sbuf": _core.sbuf, "hbm": _core.hbm, "psum": _core.psum, "shared_hbm": _core.shared_hbm,
+                  "private_hbm": _core.private_hbm}
+
+
+def _is_torch(x):
+    t = type(x)
+    return t.__module__.startswith("torch") and t.__name__ in ("Tensor", "Parameter") or \
+        (hasattr(x, "untyped_storage") and hasattr(x, "device"))
+
+
+class _Args:
+    """Converts call arguments to HBM tensors and the kernel's results back."""
+
+    def __init__(self):
+        self.writeback = []  # (original numpy array, contiguous copy)
+        self.torch_device = None
+
+    def to_nki(self, a):
+        if isinstance(a, np.ndarray):
+            arr = a
+            if arr.dtype.name == "bfloat16" or arr.dtype.kind == "V" and arr.dtype.itemsize == 2:
+                arr = arr.view(np.uint16)
+                dt = _core.bfloat16
+            else:
+                dt = _core.to_dtype(arr.dtype)
+            if not arr.flags.c_contiguous:
+                c = np.ascontiguousarray(arr)
+                self.writeback.append((arr, c))
+                arr = c
+            st = _core.Storage(arr.reshape(-1), dt, _core.shared_hbm, owner=a)
+            return NkiTensor(st, arr.shape, _core._contig(arr.shape), 0)
+        if _is_torch(a):
+            from . import _torch_bridge
+
+            if self.torch_device is None:
+                self.torch_device = a.device
+                _torch_bridge.synchronize(a.device)
+            return _torch_bridge.from_torch(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.to_nki(x) for x in a)
+        return a
+
+    def from_nki(self, r):
+        if isinstance(r, NkiTensor):
+            if r.buffer.on_chip:
+                raise NkiError("a kernel must return HBM tensors, not SBUF/PSUM tiles")
+            owner = r.storage.owner
+            if owner is not None and r.offsets is None and r.storage.parent is None:
+                if _is_torch(owner):
+                    if tuple(owner.shape) == r.shape and tuple(owner.stride()) == r.strides \
+                            and owner.storage_offset() == r.offset:
+                        return owner
+                    return owner.as_strided(r.shape, r.strides, r.offset)
+            vals = r.dtype.decode(r.raw())
+            if r.dtype is _core.bfloat16:
+                if _core._ml is not None:
+                    return np.asarray(vals).astype(_core._ml.bfloat16)
+                return np.array(vals, dtype=np.float32)
+            return np.array(r.raw()) if r.dtype.kind != "f" or r.dtype.storage == vals.dtype else np.array(r.raw())
+        if isinstance(r, (list, tuple)):
+            return type(r)(self.from_nki(x) for x in r)
+        if isinstance(r, dict):
+            return {k: self.from_nki(v) for k, v in r.items()}
+        return r
+
+    def finish(self):
+        for orig, c in self.writeback:
+            np.copyto(orig, c)
+
+
+class Kernel:
+    """An ``@nki.jit`` kernel. ``kernel(args)`` runs one instance; ``kernel[g]`` / ``kernel[g, h]`` a grid."""
+
+    def __init__(self, fn, grid=(), simulate=False, **options):
+        self.fn = fn
+        self.grid = tuple(grid)
+        self.simulate = simulate
+        self.options = options
+        functools.update_wrapper(self, fn)
+        g = getattr(fn, "__globals__", None)
+        if g is not None:  # the older API's bare buffer names resolve inside kernels, as in the NKI compiler
+            for k, v in _BUILTIN_NAMES.items():
+                g.setdefault(k, v)
+
+    def __getitem__(self, grid):
+        if not isinstance(grid, tuple):
+            grid = (grid,)
+        return Kernel(self.fn, tuple(int(g) for g in grid), self.simulate, **self.options)
+
+    def __repr__(self):
+        return f"<nki kernel {getattr(self.fn, '__name__', self.fn)} grid={self.grid}>"
+
+    def __call__(self, *args, **kwargs):
+        outer = _core.current()
+        if outer is not None:  # a kernel called from a kernel: plain function call in the same instance
+            return self.fn(*args, **kwargs)
+        conv = _Args()
+        nargs = [conv.to_nki(a) for a in args]
+        nkw = {k: conv.to_nki(v) for k, v in kwargs.items()}
+        target = _core.resolve_target(self.options.get("platform_target"))
+        launch = _core.Launch(target, conv.torch_device)
+        result = None
+        grid = self.grid or ()
+        try:
+            for pid in itertools.product(*[range(g) for g in grid]) if grid else [()]:
+                inst = _core.Instance(launch, pid, grid)
+                _core.set_current(inst)
+                try:
+                    result = self.fn(*nargs, **nkw)
+                finally:
+                    _core.set_current(None)
+        finally:
+            conv.finish()
+        return conv.from_nki(result)
+
+
+def jit(fn=None, **kwargs):
+    """``@nki.jit`` / ``@nki.jit(platform_target="trn2", mode=...)``: options are accepted; ``platform_target``
+    selects the SBUF capacity (trn1 192 KiB, trn2 224 KiB, trn3 256 KiB per partition)."""
+    if fn is None:
+        return lambda f: Kernel(f, **kwargs)
+    if isinstance(fn, Kernel):
+        return fn
+    return Kernel(fn, **kwargs)
+
+
+def simulate(kernel, *args, **kwargs):
+    """``nki.simulate(kernel)(args)``: run in simulation on numpy (torch tensors are used through their memory).
+    The older form ``nki.simulate_kernel(kernel, *args)`` is ``simulate(kernel, *args)``."""
+    k = kernel if isinstance(kernel, Kernel) else Kernel(kernel)
+    k = Kernel(k.fn, k.grid, True, **k.options)
+    if args or kwargs:
+        return k(*args, **kwargs)
+    return k
+
+
+simulate_kernel = simulate
+benchmark = jit
+baremetal = jit
+profile = jit
+trace = jit
