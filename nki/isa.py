@@ -525,3 +525,31 @@ def tensor_scalar_reduce(*args, **kw):
             red = -red
         rr.write(red.reshape(rr.shape))
     return res
+
+
+def tensor_tensor_scan(*args, **kw):
+    """Per partition: ``res[:, i] = op1(op0(data0[:, i], res[:, i-1]), data1[:, i])`` from ``initial``."""
+    is_new = (len(args) >= 3 and _is_tensor(args[2])) or "dst" in kw
+    b = _bind(args, kw, ("dst", "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1"),
+              ("data0", "data1", "initial", "op0", "op1", "dtype", "mask", "reverse0", "reverse1"), is_new)
+    d0 = _onchip(b["data0"], "data0", "tensor_tensor_scan")
+    d1 = _onchip(b["data1"], "data1", "tensor_tensor_scan")
+    if d0.buffer is psum and d1.buffer is psum:
+        raise error("nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
+    p = d0.shape[0]
+    a = np.asarray(d0.read(), np.float32).reshape(p, -1)
+    c = np.asarray(d1.read(), np.float32).reshape(p, -1)
+    if c.shape != a.shape:
+        raise error(f"nisa.tensor_tensor_scan: data0 {d0.shape} and data1 {d1.shape} differ in elements per partition")
+    init = b["initial"]
+    prev = (np.asarray(init.read(), np.float32).reshape(p) if isinstance(init, NkiTensor)
+            else np.full(p, np.float32(init)))
+    f0, f1 = _fn(b["op0"]), _fn(b["op1"])
+    r0, r1 = b.get("reverse0", False), b.get("reverse1", False)
+    out = np.empty_like(a)
+    for i in range(a.shape[1]):
+        t = f0(prev, a[:, i]) if r0 else f0(a[:, i], prev)
+        prev = np.asarray(f1(c[:, i], t) if r1 else f1(t, c[:, i]), np.float32)
+        out[:, i] = prev
+    return _out(b.get("dst"), out.reshape(d0.shape), b.get("dtype") or d0.dtype, "tensor_tensor_scan",
+                mask=b.get("mask"))

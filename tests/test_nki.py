@@ -654,3 +654,27 @@ def test_hub_kernelize_local_layer_repository(tmp_path, monkeypatch):
     assert calls == ["relu"]
     assert out.device.type == "neuron"
     torch.testing.assert_close(out.cpu(), ref)
+
+
+def test_tensor_tensor_scan_and_typing():
+    import nki.typing as nt
+
+    @nki.jit
+    def k(a: nt.tensor, b: nt.tensor):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ta = nl.load(a)
+        tb = nl.load(b)
+        r = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor_scan(dst=r, data0=ta, data1=tb, initial=0.5, op0=nl.multiply, op1=nl.add)
+        nl.store(out, r)
+        return out
+
+    rng = np.random.default_rng(10)
+    a = rng.random((16, 20), dtype=np.float32)
+    b = rng.random((16, 20), dtype=np.float32)
+    ref = np.empty_like(a)
+    prev = np.full(16, 0.5, np.float32)
+    for i in range(20):
+        prev = a[:, i] * prev + b[:, i]
+        ref[:, i] = prev
+    np.testing.assert_allclose(k(a, b), ref, rtol=1e-6)
