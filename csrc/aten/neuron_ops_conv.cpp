@@ -1,5 +1,6 @@
 // Native 2-D convolution for the neuron device (convolution_overrideable and its backward): im2col
-// (kernels/conv.c) and one GEMM per image and group, fp32 accumulation. Transposed, 1-D/3-D and other
+// (kernels/conv.c) and one GEMM per image and group, fp32 accumulation, inputs in any strides, outputs
+// in the memory format CPU gives them. Transposed, 1-D/3-D and other
 // dtypes run PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
@@ -86,18 +87,44 @@ nk_tensor transposed(nk_tensor t) {
   return t;
 }
 
+// Whether a [C, H, W] image is a [C, H*W] matrix without a copy (any strides: channels-last and permuted
+// images too), as the pointwise path needs.
+bool merges_hw(const at::Tensor& img) {
+  return img.size(1) <= 1 || img.size(2) <= 1 || img.stride(1) == img.stride(2) * img.size(2);
+}
+
+// The image as that [C, H*W] matrix (merges_hw holds).
+nk_tensor hw_matrix(const at::Tensor& img, const char* op) {
+  nk_tensor m = nk_of(img, op);
+  const int64_t h = img.size(1), w = img.size(2);
+  m.ndim = 2;
+  m.strides[1] = w <= 1 ? m.strides[1] : m.strides[2];  // H*W steps of W's stride (or H's when W is 1)
+  m.sizes[1] = h * w;
+  return m;
+}
+
+// Whether every image of the input is a matrix for the pointwise path; otherwise columns() needs a col buffer.
+bool pointwise_views(const at::Tensor& input, const Geometry& g) {
+  return g.pointwise && (g.N == 0 || merges_hw(input[0]));  // all images share the strides of image 0
+}
+
 // The input image n, group g as [Cg*kh*kw, OH*OW] columns: a view when pointwise, else im2col into col.
 nk_tensor columns(const at::Tensor& input, const Geometry& g, int64_t n, int64_t grp, const at::Tensor& col,
                   const char* op) {
   at::Tensor img = input[n].narrow(0, grp * g.Cg, g.Cg);
-  if (g.pointwise && img.stride(2) == 1 && img.stride(1) == g.W) {
-    nk_tensor m = nk_of(img, op);
-    m.ndim = 2, m.sizes[1] = g.H * g.W, m.strides[1] = 1;
-    return m;
-  }
+  if (g.pointwise && merges_hw(img)) return hw_matrix(img, op);
+  TORCH_INTERNAL_ASSERT(col.defined(), op, ": no column buffer for an input of strides ", input.strides());
   nk_tensor c = nk_of(col, op), i = nk_of(img, op);
   check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
   return c;
+}
+
+// The memory format PyTorch's CPU convolution gives its output: channels-last when the input or the
+// weight is (a 1x1 weight is ambiguous and counts as contiguous).
+at::MemoryFormat output_format(const at::Tensor& input, const at::Tensor& weight) {
+  const bool cl = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+                  weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  return cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
 at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -109,7 +136,7 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
                                            output_padding, groups);
   NEURON_NATIVE("aten::convolution_overrideable");
   const char* op = "convolution";
-  at::Tensor out = at::empty({g.N, g.OC, g.OH, g.OW}, input.options());
+  at::Tensor out = at::empty({g.N, g.OC, g.OH, g.OW}, input.options(), output_format(input, weight));
   if (out.numel() == 0) return out;
   if (g.C == 0 || g.kh * g.kw == 0) {  // an empty reduction: the bias alone (or zeros)
     if (bias.has_value() && bias->defined()) out.copy_(bias->view({1, g.OC, 1, 1}).expand_as(out));
@@ -117,7 +144,8 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
     return out;
   }
   at::Tensor w = weight.contiguous();
-  at::Tensor col = g.pointwise ? at::Tensor() : at::empty({g.Cg * g.kh * g.kw, g.OH * g.OW}, input.options());
+  at::Tensor col = pointwise_views(input, g) ? at::Tensor()
+                                             : at::empty({g.Cg * g.kh * g.kw, g.OH * g.OW}, input.options());
   const bool has_bias = bias.has_value() && bias->defined();
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t grp = 0; grp < g.groups; ++grp) {
@@ -159,15 +187,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
     const bool widen = !g.pointwise && cpu_conv_on_onednn(input.scalar_type());
     at::Tensor wk = widen ? w.to(at::kFloat) : w, gk = widen ? go.to(at::kFloat) : go;
     at::Tensor col = g.pointwise ? at::Tensor() : at::empty({K, P}, gk.options());
-    // contiguous; col2im writes every element
-    gi = at::empty(input.sizes(), widen ? input.options().dtype(at::kFloat) : input.options());
+    // In the layout CPU gives it (the pointwise GEMM writes it through a [Cg, H*W] view, col2im through
+    // any strides); either writes every element.
+    gi = at::empty(input.sizes(), widen ? input.options().dtype(at::kFloat) : input.options(),
+                   output_format(input, weight));
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t grp = 0; grp < g.groups; ++grp) {
         nk_tensor wt = transposed(matrix(wk.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op));  // [K, OCg]
         nk_tensor gog = matrix(gk[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, P, op);
         at::Tensor gin = gi[n].narrow(0, grp * g.Cg, g.Cg);
         if (g.pointwise) {
-          gemm(matrix(gin, g.Cg, g.H * g.W, op), wt, gog, nullptr, 0.0, op, input);
+          gemm(hw_matrix(gin, op), wt, gog, nullptr, 0.0, op, input);
           continue;
         }
         nk_tensor c = nk_of(col, op), img = nk_of(gin, op);
