@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from . import _core, isa, language  # noqa: F401
+from . import _core, compiler, isa, language  # noqa: F401
 from ._core import NkiError, NkiTensor  # noqa: F401
 
 __version__ = "0.1.0"

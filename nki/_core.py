@@ -352,7 +352,9 @@ def allocate(shape, dtype: DType, buffer, fill="poison"):
     if p > PMAX:
         raise limit_error("partition dimension (nl.tile_size.pmax)", p, PMAX)
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
-    per_part = (n // p if p else 0) * dtype.itemsize
+    # Block dimensions before a par_dim (the older API's (blocks, par_dim(P), F) tensors) are counted as one
+    # block: the compiler's allocator rotates the blocks of a loop through a few physical buffers.
+    per_part = int(np.prod(shape[pidx + 1:], dtype=np.int64)) * dtype.itemsize if p else 0
     if inst is not None:
         region = buffer.name
         if region == "sbuf":
@@ -581,10 +583,18 @@ class NkiTensor:
         oob = np.broadcast_to(oob, shape).copy()
         return NkiTensor(self.storage, shape, _contig(shape), 0, offsets=offs, oob=oob)
 
+    def _same_view(self, other):
+        return (isinstance(other, NkiTensor) and other.storage is self.storage and other.offsets is None
+                and self.offsets is None and other.shape == self.shape and other.strides == self.strides
+                and other.offset == self.offset)
+
     def __setitem__(self, key, value):
         from .language import _values
 
-        self[key].write(_values(value))
+        dst = self[key]
+        if dst._same_view(value):  # `t[k] += x` writes the updated view back onto itself
+            return
+        dst.write(_values(value))
 
     # -- views (new API)
     def _strided(self, what):
@@ -766,7 +776,23 @@ class NkiTensor:
         self.write(vals)
         return self
 
-    def __iadd__(self, o): return self._inplace(o, "add")
+    def __iadd__(self, o):
+        if self.buffer is psum and getattr(o, "_matmul_result", False):
+            return self._accumulate(o)
+        return self._inplace(o, "add")
+
+    def _accumulate(self, o):
+        """``psum_tile += matmul(...)``: a Tensor Engine accumulation (the first write of a group overwrites)."""
+        res = np.asarray(o.read(), np.float32).reshape(self.shape)
+        acc = self.storage.acc
+        open_ = acc[self.offsets] if self.offsets is not None else self.acc_view()
+        old = self.dtype.decode(self.raw())
+        self.write(np.where(open_, old + res, res))
+        if self.offsets is not None:
+            acc[self.offsets] = True
+        else:
+            self.acc_view()[...] = True
+        return self
     def __isub__(self, o): return self._inplace(o, "subtract")
     def __imul__(self, o): return self._inplace(o, "multiply")
     def __itruediv__(self, o): return self._inplace(o, "divide")

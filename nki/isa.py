@@ -219,7 +219,9 @@ def nc_matmul(*args, **kw):
     res = sv.T @ mvv  # fp32 accumulation, as the Tensor Engine
     dst = b.get("dst")
     if dst is None:
-        return nl._new_tile(res, st.dtype if b.get("is_transpose") else _core.float32, psum)
+        t = nl._new_tile(res, st.dtype if b.get("is_transpose") else _core.float32, psum)
+        t._matmul_result = True
+        return t
     _onchip(dst, "dst", "nc_matmul", ("psum",))
     ok = ("float32",) if get_nc_version() != nc_version.gen4 else ("float32", "bfloat16")
     if dst.dtype.name not in ok and not b.get("is_transpose"):
@@ -553,3 +555,11 @@ def tensor_tensor_scan(*args, **kw):
         out[:, i] = prev
     return _out(b.get("dst"), out.reshape(d0.shape), b.get("dtype") or d0.dtype, "tensor_tensor_scan",
                 mask=b.get("mask"))
+
+
+# older names of the engines
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd

@@ -322,8 +322,21 @@ class _Op:
             vals = self.fn(_values(x))
             return _new_tile(vals, _result_dtype(dtype, x), mask=mask)
         x, y = args[:2]
-        vals = self.fn(_values(x), _values(y))
+        a, b = _align_partitions(_values(x), _values(y))
+        vals = self.fn(a, b)
         return _new_tile(vals, _result_dtype(dtype, x, y), mask=mask)
+
+
+def _align_partitions(a, b):
+    """Tiles broadcast partition-first: a [P] or [P, 1] tile (a free-axis reduction) against a [P, F] tile
+    broadcasts along F, not as numpy's trailing-axis rule would."""
+    na, nb = np.ndim(a), np.ndim(b)
+    if na and nb and na != nb:
+        if na < nb and np.shape(a)[0] == np.shape(b)[0]:
+            a = np.reshape(a, np.shape(a) + (1,) * (nb - na))
+        elif nb < na and np.shape(b)[0] == np.shape(a)[0]:
+            b = np.reshape(b, np.shape(b) + (1,) * (na - nb))
+    return a, b
 
 
 def _cmp(fn):
@@ -526,7 +539,9 @@ def matmul(x, y, transpose_x=False, mask=None, **kw):
         xv = xv.T
     isa._check_matmul(xv.shape, yv.shape)
     out = xv.T @ yv
-    return _new_tile(out, float32, psum)
+    t = _new_tile(out, float32, psum)
+    t._matmul_result = True
+    return t
 
 
 def device_print(prefix, tensor, **kw):
@@ -537,3 +552,23 @@ def device_print(prefix, tensor, **kw):
 def static_assert(cond, msg=""):
     if not cond:
         raise error(f"static_assert failed: {msg}")
+
+
+def spmd_dim(*sizes):
+    """``nl.spmd_dim(n, nl.nc(2))``: a grid dimension of n x 2 programs (logical cores run as programs)."""
+    return int(np.prod([int(s) for s in sizes], dtype=np.int64))
+
+
+def nc(n):
+    return int(n)
+
+
+def static_cast(x, dtype):
+    """Cast a numpy array to ``dtype`` (rounded); bf16 gives an ml_dtypes array when available, else fp32."""
+    dt = to_dtype(dtype)
+    enc = dt.encode(np.asarray(x, dtype=np.float32) if dt.kind == "f" else np.asarray(x))
+    if dt is bfloat16:
+        if _core._ml is not None:
+            return enc.view(_core._ml.bfloat16)
+        return _core._bf16_decode(enc)
+    return enc

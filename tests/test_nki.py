@@ -678,3 +678,37 @@ def test_tensor_tensor_scan_and_typing():
         prev = a[:, i] * prev + b[:, i]
         ref[:, i] = prev
     np.testing.assert_allclose(k(a, b), ref, rtol=1e-6)
+
+
+def test_older_idioms_psum_iadd_partition_broadcast_spmd_dim():
+    @nki.jit
+    def k(lhsT, rhs):
+        K, M = lhsT.shape
+        _, N = rhs.shape
+        out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        acc = nl.ndarray((2, nl.par_dim(M), N), dtype=nl.float32, buffer=nl.psum)  # NaN-filled
+        for r in nl.affine_range(2):
+            acc[1] += nisa.nc_matmul(a, b)  # first += of the group overwrites, the second accumulates
+        s = nisa.tensor_copy(acc[1], dtype=nl.float32)
+        mx = nl.max(s, axis=1)  # shape [M]: broadcasts along the free axis of [M, N]
+        nl.store(out, nl.subtract(s, mx))
+        return out
+
+    rng = np.random.default_rng(11)
+    lhsT = rng.integers(-2, 3, (64, 32)).astype(np.float32)
+    rhs = rng.integers(-2, 3, (64, 48)).astype(np.float32)
+    ref = 2 * (lhsT.T @ rhs)
+    np.testing.assert_array_equal(k(lhsT, rhs), ref - ref.max(axis=1, keepdims=True))
+
+    @nki.jit
+    def ids(out):
+        i = nl.program_id(0)
+        t = nl.full((1, 1), i, dtype=nl.int32)
+        nl.store(out[i:i + 1, :], t)
+        return out
+
+    out = np.full((6, 1), -1, np.int32)
+    ids[nl.spmd_dim(3, nl.nc(2))](out)
+    np.testing.assert_array_equal(out[:, 0], np.arange(6))
