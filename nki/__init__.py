@@ -77,12 +77,15 @@ class _Args:
                             and owner.storage_offset() == r.offset:
                         return owner
                     return owner.as_strided(r.shape, r.strides, r.offset)
-            vals = r.dtype.decode(r.raw())
+                elif isinstance(owner, np.ndarray) and owner.shape == r.shape and r.offset == 0 \
+                        and r.is_contiguous() and owner.flags.c_contiguous:
+                    return owner  # an argument the kernel returns (in place): the caller's own array
             if r.dtype is _core.bfloat16:
+                vals = r.dtype.decode(r.raw())
                 if _core._ml is not None:
-                    return np.asarray(vals).astype(_core._ml.bfloat16)
-                return np.array(vals, dtype=np.float32)
-            return np.array(r.raw()) if r.dtype.kind != "f" or r.dtype.storage == vals.dtype else np.array(r.raw())
+                    return r.raw().copy().view(_core._ml.bfloat16)
+                return np.array(vals, dtype=np.float32)  # no ml_dtypes: bf16 values as fp32
+            return np.array(r.raw())
         if isinstance(r, (list, tuple)):
             return type(r)(self.from_nki(x) for x in r)
         if isinstance(r, dict):

@@ -712,3 +712,48 @@ def test_older_idioms_psum_iadd_partition_broadcast_spmd_dim():
     out = np.full((6, 1), -1, np.int32)
     ids[nl.spmd_dim(3, nl.nc(2))](out)
     np.testing.assert_array_equal(out[:, 0], np.arange(6))
+
+
+def test_hub_upstream_flow_offline_with_local_kernels(tmp_path, monkeypatch):
+    """huggingface/kernels' test_basic::test_neuron and test_layer::test_hub_forward_neuron, with the Hub repo
+    replaced by a local one through LOCAL_KERNELS (offline, `version=1` is not resolvable: revision="main")."""
+    dev = _neuron()
+    kernels = pytest.importorskip("kernels")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = _hub_repo(tmp_path, "relu_nki_upstream")
+    monkeypatch.setenv("LOCAL_KERNELS", f"kernels-test/relu-nki={repo}")
+
+    relu = kernels.get_kernel("kernels-test/relu-nki", revision="main")
+    x = torch.randn((16, 16), dtype=torch.float16).to(device="neuron")
+    torch.testing.assert_close(relu.relu(x), x.relu())
+
+    @kernels.use_kernel_forward_from_hub("ReLU")
+    class ReLUWithKernel(torch.nn.Module):
+        n_calls = 0
+
+        def forward(self, x):
+            type(self).n_calls += 1
+            return torch.nn.functional.relu(x)
+
+    class SMOL(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+            self.relu = ReLUWithKernel()
+
+        def forward(self, x):
+            return self.relu(self.linear(x))
+
+    mapping = {"ReLU": {"neuron": kernels.LayerRepository(repo_id="kernels-test/relu-nki", revision="main",
+                                                          layer_name="ReLU")}}
+    X = torch.randn((16, 16), device=dev)
+    with kernels.use_kernel_mapping(mapping):
+        r = kernels.kernelize(ReLUWithKernel(), device="neuron", mode=kernels.Mode.INFERENCE)
+    torch.testing.assert_close(r(X), X.relu())
+    assert ReLUWithKernel.n_calls == 0
+    smol = SMOL().to("neuron")
+    Y = smol(X)
+    with kernels.use_kernel_mapping(mapping):
+        smol = kernels.kernelize(smol, mode=kernels.Mode.INFERENCE)  # device inferred from the parameters
+    torch.testing.assert_close(smol(X), Y)
+    assert ReLUWithKernel.n_calls == 1
