@@ -757,3 +757,40 @@ def test_hub_upstream_flow_offline_with_local_kernels(tmp_path, monkeypatch):
         smol = kernels.kernelize(smol, mode=kernels.Mode.INFERENCE)  # device inferred from the parameters
     torch.testing.assert_close(smol(X), Y)
     assert ReLUWithKernel.n_calls == 1
+
+
+@pytest.mark.parametrize("shape,engine_name,words,value", [
+    ((32, 33), "vector", ["nc_transpose free dimension", "Vector Engine"], 33),
+    ((64, 64), "vector", ["nc_transpose partition dimension", "Vector Engine"], 64),
+])
+def test_nc_transpose_limits(shape, engine_name, words, value):
+    @nki.jit
+    def k(x):
+        t = nl.zeros(shape, dtype=nl.float32)
+        d = nl.ndarray((shape[1], shape[0]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_transpose(dst=d, data=t, engine=getattr(nisa.engine, engine_name))  # LIMIT-TRANSPOSE
+        return x
+
+    with pytest.raises(nki.NkiError) as e:
+        k(np.zeros(1, np.float32))
+    _expect_limit(e, words, value, "LIMIT-TRANSPOSE")
+
+
+def test_api_rule_errors_name_the_kernel_line():
+    @nki.jit
+    def reduce_partitions(x):
+        t = nl.zeros((128, 4), dtype=nl.float32)
+        r = nl.ndarray((1, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.add, data=t, axis=0)  # RULE-REDUCE
+        return x
+
+    @nki.jit
+    def compute_on_hbm(x):
+        y = nl.exp(x)  # RULE-HBM
+        return x
+
+    for kern, marker, words in ((reduce_partitions, "RULE-REDUCE", "partition axis"),
+                                (compute_on_hbm, "RULE-HBM", "SBUF/PSUM")):
+        with pytest.raises(nki.NkiError) as e:
+            kern(np.zeros((4, 4), np.float32))
+        assert words in str(e.value) and f"test_nki.py:{_line(marker)}" in str(e.value), str(e.value)
