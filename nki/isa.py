@@ -563,3 +563,102 @@ tensor_engine = engine.tensor
 vector_engine = engine.vector
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
+
+
+def bn_stats(*args, **kw):
+    """Per partition: (count, mean, var*count) of the even and of the odd elements (6 values), <= 512 in."""
+    is_new = (len(args) >= 2) or "dst" in kw
+    b = _bind(args, kw, ("dst", "data"), ("data", "dtype", "mask"), is_new)
+    data = _onchip(b["data"], "data", "bn_stats")
+    p = data.shape[0]
+    x = np.asarray(data.read(), np.float32).reshape(p, -1)
+    if x.shape[1] > 512:
+        raise limit_error("bn_stats elements per partition (nl.tile_size.bn_stats_fmax)", x.shape[1], 512)
+    out = np.zeros((p, 6), np.float32)
+    for j, part in enumerate((x[:, 0::2], x[:, 1::2])):
+        n = part.shape[1]
+        if n:
+            mean = part.mean(axis=1)
+            out[:, 3 * j] = n
+            out[:, 3 * j + 1] = mean
+            out[:, 3 * j + 2] = ((part - mean[:, None]) ** 2).sum(axis=1)
+    return _out(b.get("dst"), out, b.get("dtype") or _core.float32, "bn_stats")
+
+
+def bn_aggr(*args, **kw):
+    """Aggregates (count, mean, var*count) triples per partition into (mean, variance)."""
+    is_new = (len(args) >= 2) or "dst" in kw
+    b = _bind(args, kw, ("dst", "data"), ("data", "dtype", "mask"), is_new)
+    data = _onchip(b["data"], "data", "bn_aggr")
+    p = data.shape[0]
+    x = np.asarray(data.read(), np.float64).reshape(p, -1)
+    if x.shape[1] % 3:
+        raise error(f"nisa.bn_aggr: {x.shape[1]} elements per partition is not a multiple of 3")
+    t = x.reshape(p, -1, 3)
+    cnt, mean, m2 = t[..., 0], t[..., 1], t[..., 2]
+    total = cnt.sum(axis=1)
+    safe = np.where(total > 0, total, 1)
+    gmean = (cnt * mean).sum(axis=1) / safe
+    var = (m2 + cnt * (mean - gmean[:, None]) ** 2).sum(axis=1) / safe
+    return _out(b.get("dst"), np.stack([gmean, var], axis=1).astype(np.float32), b.get("dtype") or _core.float32,
+                "bn_aggr")
+
+
+def tensor_partition_reduce(*args, **kw):
+    is_new = (args and _is_tensor(args[0])) or "dst" in kw
+    b = _bind(args, kw, ("dst", "op", "data"), ("op", "data", "mask", "dtype"), is_new)
+    data = _onchip(b["data"], "data", "tensor_partition_reduce", ("sbuf",))
+    x = data.read()
+    if x.dtype.kind not in "iub":
+        x = x.astype(np.float32)
+    r = _reducer(b["op"])(x, axis=0, keepdims=True)
+    return _out(b.get("dst"), r, b.get("dtype") or data.dtype, "tensor_partition_reduce")
+
+
+def max8(*args, **kw):
+    is_new = (len(args) >= 2) or "dst" in kw
+    b = _bind(args, kw, ("dst", "src"), ("src", "dtype", "mask"), is_new)
+    src = _onchip(b["src"], "src", "max8")
+    p = src.shape[0]
+    x = np.asarray(src.read(), np.float32).reshape(p, -1)
+    if not 8 <= x.shape[1] <= 16384:
+        raise error(f"nisa.max8: {x.shape[1]} elements per partition, the instruction reads 8..16384")
+    return _out(b.get("dst"), -np.sort(-x, axis=1)[:, :8], b.get("dtype") or src.dtype, "max8")
+
+
+def exponential(*args, **kw):
+    """``dst = exp(src - max_value)`` with the optional running sum of the Vector Engine (trn3)."""
+    is_new = (len(args) >= 2) or "dst" in kw
+    b = _bind(args, kw, ("dst", "src", "max_value", "reduce_res", "reduce_cmd", "reduce_init"),
+              ("src", "max_value", "reduce_res", "reduce_cmd", "reduce_init", "dtype"), is_new)
+    src = _onchip(b["src"], "src", "exponential")
+    p, nd = src.shape[0], src.ndim
+    x = np.asarray(src.read(), np.float32)
+    mv = _scalar_operand(b.get("max_value", 0.0), p, nd)
+    with np.errstate(all="ignore"):
+        out = np.exp(x - mv)
+    res = _out(b.get("dst"), out, b.get("dtype") or src.dtype, "exponential")
+    cmd = b.get("reduce_cmd", reduce_cmd.idle)
+    rres = b.get("reduce_res")
+    if cmd != reduce_cmd.idle or rres is not None:
+        inst = _regs()
+        if cmd in (reduce_cmd.reset, reduce_cmd.reset_reduce):
+            inst.reduce_regs[:] = 0
+        if cmd == reduce_cmd.load_reduce:
+            inst.reduce_regs[:p] = np.asarray(_scalar_operand(b.get("reduce_init", 0.0), p, 2), np.float32).reshape(-1)
+        if cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce, reduce_cmd.load_reduce):
+            inst.reduce_regs[:p] += out.reshape(p, -1).sum(axis=1)
+        if rres is not None:
+            rres.write(inst.reduce_regs[:p].reshape(rres.shape))
+    return res
+
+
+def dropout(*args, **kw):
+    is_new = (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw
+    b = _bind(args, kw, ("dst", "data", "prob"), ("data", "prob", "dtype", "mask"), is_new)
+    data = _onchip(b["data"], "data", "dropout")
+    x = np.asarray(data.read(), np.float32)
+    pr = b["prob"]
+    prob = float(np.asarray(pr.read()).reshape(-1)[0]) if isinstance(pr, NkiTensor) else float(pr)
+    keep = np.random.random(x.shape) >= prob
+    return _out(b.get("dst"), np.where(keep, x, 0.0), b.get("dtype") or data.dtype, "dropout")

@@ -794,3 +794,38 @@ def test_api_rule_errors_name_the_kernel_line():
         with pytest.raises(nki.NkiError) as e:
             kern(np.zeros((4, 4), np.float32))
         assert words in str(e.value) and f"test_nki.py:{_line(marker)}" in str(e.value), str(e.value)
+
+
+def test_bn_stats_aggr_layernorm_stats_and_max8():
+    @nki.jit
+    def k(x, out):
+        P, D = x.shape
+        t = nl.load(x)
+        stats = nl.ndarray((P, 6 * (D // 512)), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(D // 512):
+            nisa.bn_stats(dst=stats[:, i * 6:(i + 1) * 6], data=t[:, i * 512:(i + 1) * 512])
+        mv = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.bn_aggr(dst=mv, data=stats)
+        m8 = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.max8(dst=m8, src=t)
+        nl.store(out[:, 0:2], mv)
+        nl.store(out[:, 2:10], m8)
+        return out
+
+    x = np.random.default_rng(12).standard_normal((64, 1024), dtype=np.float32)
+    out = np.zeros((64, 10), np.float32)
+    k(x, out)
+    np.testing.assert_allclose(out[:, 0], x.mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[:, 1], x.var(axis=1), rtol=1e-4)
+    np.testing.assert_array_equal(out[:, 2:], -np.sort(-x, axis=1)[:, :8])
+
+    @nki.jit
+    def too_wide(x):
+        t = nl.load(x)
+        s = nl.ndarray((64, 6), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.bn_stats(dst=s, data=t)  # LIMIT-BN
+        return x
+
+    with pytest.raises(nki.NkiError) as e:
+        too_wide(x)
+    _expect_limit(e, ["bn_stats elements per partition"], 1024, "LIMIT-BN")
