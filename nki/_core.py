@@ -97,6 +97,14 @@ class DType:
             return False
 
     @property
+    def dtype(self):
+        """The numpy dtype of the values (``np.dtype(nl.float16)`` works): bf16 is ml_dtypes' if installed,
+        else float32."""
+        if self.name == "bfloat16":
+            return np.dtype(_ml.bfloat16) if _ml is not None else np.dtype(np.float32)
+        return self.storage if self.kind != "b" else np.dtype(bool)
+
+    @property
     def is_float(self) -> bool:
         return self.kind == "f"
 

@@ -829,3 +829,17 @@ def test_bn_stats_aggr_layernorm_stats_and_max8():
     with pytest.raises(nki.NkiError) as e:
         too_wide(x)
     _expect_limit(e, ["bn_stats elements per partition"], 1024, "LIMIT-BN")
+
+
+def test_cpu_torch_tensors_and_numpy_dtypes():
+    @nki.jit
+    def double(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.multiply(nl.load(x), 2.0))
+        return out
+
+    x = torch.randn(8, 16, dtype=torch.float16)
+    y = double(x)
+    assert isinstance(y, torch.Tensor) and y.device.type == "cpu" and y.dtype == torch.float16
+    torch.testing.assert_close(y, x * 2)
+    assert np.dtype(nl.float16) == np.float16 and nl.float32 == np.float32 and nl.bfloat16 == torch.bfloat16
