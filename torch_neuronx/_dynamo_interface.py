@@ -141,11 +141,36 @@ def _make_interface(base: type) -> type:
     return NeuronInterface
 
 
+def _align_fake_conv_layout() -> None:
+    """Traced convolutions on neuron get the output layout eager neuron gives them.
+
+    FakeTensor's convolution picks the output memory format from the backend ``_select_conv_backend``
+    names: for a PrivateUse1 device that is ``Overrideable``, for which it answers "contiguous" always. Eager
+    neuron convolution follows CPU (mkldnn): channels-last output when the input or the weight is
+    channels-last. Inductor turns a graph's convolutions channels-last when it sees fit, so the compiled code
+    expected contiguous strides and failed its ``assert_size_stride`` (a tiny Stable Diffusion UNet under
+    ``torch.compile(backend="neuron")``). Answer for neuron as for CPU's mkldnn backend."""
+    determine = torch._C._conv_determine_backend_memory_format
+    if getattr(determine, "_neuron", False):
+        return
+    overrideable = torch._C._ConvBackend.Overrideable
+    mkldnn = torch._C._ConvBackend.Mkldnn
+
+    def determine_backend_memory_format(input, weight, backend):
+        if backend == overrideable and input.device.type == "neuron":
+            backend = mkldnn
+        return determine(input, weight, backend)
+
+    determine_backend_memory_format._neuron = True
+    torch._C._conv_determine_backend_memory_format = determine_backend_memory_format
+
+
 def _register(module: Any) -> None:
     global _registered
     with _lock:
         if _registered:
             return
+        _align_fake_conv_layout()
         iface = _make_interface(module.DeviceInterface)
         module.register_interface_for_device("neuron", iface)
         for i in range(torch.neuron.device_count()):
