@@ -119,3 +119,47 @@ def test_compiled_conv_layout_matches_eager(layout):
     c = torch.compile(m, backend="neuron", fullgraph=True, dynamic=False)
     with torch.no_grad():
         assert (c(x) - m(x)).abs().max().item() <= 1e-5
+
+
+def _png_image(kind, path, device, dtype, transformer_device=None):
+    """The example's image: text encoder on CPU, PIL output (uint8 PNG values as floats in [0, 1])."""
+    pipe = td.load(kind, path, dtype)
+    emb, mask, _ = pipe.encode_prompt(prompt="A capybara wearing a wizard hat, oil painting", device="cpu")
+    pipe.vae.to(device)
+    pipe.transformer.to(device)
+    image = pipe(prompt_embeds=emb.to(device), prompt_embeds_mask=mask.to(device) if mask is not None else None,
+                 height=64, width=64, num_inference_steps=2, generator=torch.Generator("cpu").manual_seed(0),
+                 output_type="pil").images[0]
+    return np.asarray(image, dtype=np.float32) / 255
+
+
+@pytest.mark.timeout(400)
+def test_tensor_parallel_example_2_ranks(tmp_path):
+    """examples/diffusers_tp.py (the launch post's script) under torchrun with 2 ranks on a tiny local Qwen-Image
+    2.1: TP transformer from from_pretrained(parallel_config=...), compiled repeated blocks, bf16. Rank 0's PNG
+    equals one device's image within the bf16 rule (2x CPU's own bf16 error, plus one PNG level)."""
+    import os
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    model = tmp_path / "tiny-qwen-image-2.1"
+    td.make("qwenimage21", model)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
+           os.path.join(root, "examples", "diffusers_tp.py"), str(model)]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=380)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    tp = np.asarray(Image.open(tmp_path / "out.png"), dtype=np.float32) / 255
+
+    one = _png_image("qwenimage21", model, DEV, torch.bfloat16)
+    cpu32 = _png_image("qwenimage21", model, "cpu", torch.float32)
+    cpu16 = _png_image("qwenimage21", model, "cpu", torch.bfloat16)
+    budget = 2 * maxdiff(cpu16, cpu32) + 1 / 255
+    print(f"TP 2 ranks bf16 vs CPU fp32 {maxdiff(tp, cpu32):.4f}, vs one device bf16 {maxdiff(tp, one):.4f}, "
+          f"budget {budget:.4f}")
+    assert tp.shape == (64, 64, 3) and tp.std() > 0
+    assert maxdiff(tp, cpu32) <= budget, (maxdiff(tp, cpu32), budget)
+    assert maxdiff(tp, one) <= budget, (maxdiff(tp, one), budget)

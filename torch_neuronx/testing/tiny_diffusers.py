@@ -16,9 +16,6 @@ import os
 import torch
 import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-# Diffusers' from_pretrained finds the loading method of a component declared in this module through the base
-# classes named here (ProcessorMixin for TinyQwenTextProcessor).
-from transformers import ProcessorMixin
 
 from .tiny_models import _CORPUS
 
@@ -56,26 +53,17 @@ def make_qwen_tokenizer() -> transformers.PreTrainedTokenizerFast:
     return tok
 
 
-class TinyQwenTextProcessor(ProcessorMixin):
-    """The text half of Qwen3VLProcessor: what QwenImage21Pipeline calls for text-to-image (`apply_chat_template`,
-    `tokenizer`, `__call__(text=...)`). Qwen3VLProcessor itself cannot be built without torchvision (its video
-    processor), which has no CPU build for this torch on PyPI."""
-
-    def __init__(self, tokenizer=None, chat_template=None, **kwargs):
-        super().__init__(tokenizer, chat_template=chat_template)
-
-    def __call__(self, text=None, images=None, videos=None, **kwargs):
-        if images is not None or videos is not None:
-            raise NotImplementedError("TinyQwenTextProcessor has no vision processor")
-        kwargs.pop("return_mm_token_type_ids", None)
-        return self.tokenizer([text] if isinstance(text, str) else text, **kwargs)
-
-
 def _qwen3vl_processor_and_encoder(hidden: int):
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     tok = make_qwen_tokenizer()
-    processor = TinyQwenTextProcessor(tokenizer=tok, chat_template=_QWEN_CHAT_TEMPLATE)
+    # QwenImage21Pipeline reads apply_chat_template, tokenizer and __call__(text=...) of its processor.
+    # Qwen3VLProcessor cannot be built without torchvision (its video processor), which has no CPU wheel for
+    # this torch on PyPI, so the tiny pipeline carries a processor of transformers that needs only PIL for
+    # images (the tiny pipeline encodes text only).
+    processor = transformers.LlavaProcessor(image_processor=transformers.CLIPImageProcessor(), tokenizer=tok,
+                                            chat_template=_QWEN_CHAT_TEMPLATE, image_token="<|image_pad|>",
+                                            patch_size=14)
     ids = {t: tok.convert_tokens_to_ids(t) for t in _QWEN_SPECIALS}
     config = Qwen3VLConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden,
