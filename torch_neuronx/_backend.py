@@ -26,6 +26,7 @@ def load() -> None:
         from . import neuron as device_module
 
         torch._register_device_module("neuron", device_module)
+        device_module._bind_to_launcher_rank()
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
         from .distributed import register as register_distributed
 
@@ -33,6 +34,9 @@ def load() -> None:
         _run_backward_on_calling_thread()
         _register_compiler_hooks()
         _adopt_mixed_precision_defaults()
+        from . import _rng_prims
+
+        _rng_prims.install()
         _loaded = True
 
 

@@ -249,7 +249,10 @@ def _config_patches(mode: Optional[str], options: Optional[dict]) -> Dict[str, A
     # run on the kernel library's pool; OpenMP-parallel generated kernels would add a second pool whose
     # threads keep spinning after each kernel and take the cores the library's workers need a moment later
     # (a decode step alternates the two dozens of times). options={"cpp.threads": n} overrides.
-    patches: Dict[str, Any] = {"fx_graph_cache": True, "cpp.threads": 1}
+    # fallback_random: random ops (dropout, rand) in a graph call the device's ATen kernels and draw from
+    # the neuron generator as eager does, so a compiled step with dropout equals the eager step from the
+    # same seed (Inductor's own generated RNG draws other numbers). They are not fused; they are rare.
+    patches: Dict[str, Any] = {"fx_graph_cache": True, "cpp.threads": 1, "fallback_random": True}
     if mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise RuntimeError(f"neuron backend: unknown mode {mode!r}; expected one of 'default', "
                            "'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs'")

@@ -43,6 +43,11 @@ def _create_backend(opts, pg_options=None):
 
     rank, size = opts.group_rank, opts.group_size
     timeout = opts.timeout
+    # Checked by each rank from its own environment, so every rank raises at once instead of its peers
+    # waiting out the group timeout for one that failed.
+    error = torch.neuron._binding_error()
+    if error is not None:
+        raise RuntimeError(f"neuron process group: {error}")
     # The inner Gloo backend serves CPU tensors, monitored_barrier, and the multi-host case. Every rank
     # creates it (it is a collective), with its own key prefix in the group's store.
     gloo = ProcessGroupGloo(PrefixStore("neuron_gloo/", opts.store), rank, size, timeout=timeout)

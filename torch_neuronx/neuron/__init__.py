@@ -86,6 +86,58 @@ def _device_index(device: _device_t, optional: bool = True) -> int:
     raise ValueError(f"Invalid device {device!r}: expected an int, a string or a torch.device")
 
 
+def _launcher_rank() -> Optional[tuple]:
+    """(LOCAL_RANK, LOCAL_WORLD_SIZE) when a launcher (torchrun, accelerate launch) started this process."""
+    try:
+        rank = int(os.environ["LOCAL_RANK"])
+        size = int(os.environ.get("LOCAL_WORLD_SIZE", rank + 1))
+    except (KeyError, ValueError):
+        return None
+    return (rank, size) if 0 <= rank < size else None
+
+
+def _binding_error() -> Optional[str]:
+    """Why this launcher-started process has no core of its own (None when it has one, or no launcher)."""
+    launched = _launcher_rank()
+    if launched is None or _own_core_from_env():
+        return None
+    rank, size = launched
+    count = _C._device_count()
+    if size <= count:
+        return None
+    return (f"{size} processes on this host (LOCAL_WORLD_SIZE) but {count} NeuronCores are visible "
+            f"({_core_settings()}), and each process computes on a core of its own. Start at most {count} "
+            f"processes per host, or make more cores visible (this process: LOCAL_RANK {rank})")
+
+
+def _core_settings() -> str:
+    names = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_NUM_CHIPS")
+    set_ = [f"{n}={os.environ[n]}" for n in names if os.environ.get(n)]
+    return ", ".join(set_) if set_ else "the defaults: 4 logical cores on 1 chip"
+
+
+def _own_core_from_env() -> bool:
+    """A launcher that gives each process one core through NEURON_RT_VISIBLE_CORES (one visible core)."""
+    return bool(os.environ.get("NEURON_RT_VISIBLE_CORES")) and _C._device_count() == 1
+
+
+def _bind_to_launcher_rank() -> None:
+    """Makes neuron:LOCAL_RANK this process's current device when a launcher started it.
+
+    On Trainium each process of a torchrun job runs on its own NeuronCore without the script asking, and
+    Transformers' tensor-parallel loading places each rank's shards on neuron:LOCAL_RANK while Accelerate
+    and TRL compute on torch.neuron.current_device(): the two agree only when the process is bound. An
+    explicit torch.neuron.set_device later wins. A process given one core through NEURON_RT_VISIBLE_CORES
+    computes on it (neuron:0). With more processes than cores the device stays neuron:0 and the neuron
+    process group refuses to start, on every rank, naming the counts (_binding_error)."""
+    launched = _launcher_rank()
+    if launched is None or _C._device_count() == 0 or _own_core_from_env():
+        return
+    rank, _ = launched
+    if _binding_error() is None and rank < _C._device_count():
+        _C._set_device(rank)
+
+
 def is_available() -> bool:
     return not _in_bad_fork and _C._device_count() > 0
 
@@ -196,6 +248,11 @@ def __getattr__(name: str) -> Any:
 
         _inductor.register()
         return _inductor.CppScheduling if name == "Scheduling" else _inductor.NeuronWrapperCodegen
+    # torch.utils.checkpoint saves and restores a device's RNG state only when its module's _initialized
+    # is true (torch.cuda's flag): without it, a checkpointed dropout drew new numbers in the recompute,
+    # and the gradients were those of another mask.
+    if name == "_initialized":
+        return is_initialized()
     raise AttributeError(f"module 'torch.neuron' has no attribute '{name}'")
 
 
