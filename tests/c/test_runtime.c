@@ -2,6 +2,7 @@
 #include "neuron_runtime.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/wait.h>
 #include <stdlib.h>
@@ -608,6 +609,84 @@ static void test_fault_injection(void)
     check_invariants(0);
 }
 
+/* kB of the mapping containing p that are mapped by 2 MiB pages (ShmemPmdMapped in smaps), -1 if unknown. */
+static long pmd_mapped_kb(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[256];
+    long kb = -1;
+    int in = 0;
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's header line */
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+            continue;
+        }
+        if (in && sscanf(line, "ShmemPmdMapped: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* Whether this kernel turns a populated memfd range into huge pages (MADV_COLLAPSE, Linux 6.1). */
+static int kernel_collapses_shmem(void)
+{
+    int ok = 0, fd = memfd_create("probe", MFD_CLOEXEC);
+    size_t n = 4 * MiB;
+    if (fd < 0 || ftruncate(fd, (off_t)n) != 0)
+        goto out;
+    char *r = mmap(NULL, 2 * n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED)
+        goto out;
+    char *b = (char *)(((uintptr_t)r + 2 * MiB - 1) & ~(uintptr_t)(2 * MiB - 1));
+    if (mmap(b, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED) {
+        memset(b, 0, n);
+        ok = madvise(b, n, 25 /* MADV_COLLAPSE */) == 0;
+    }
+    munmap(r, 2 * n);
+out:
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* A large segment of at most 256 MiB sits at a 2 MiB boundary, populated with zeros, on huge pages where
+ * the kernel makes them; NEURON_RT_HUGE_PAGES=0 and bigger segments keep small pages. */
+static void test_huge_pages(void)
+{
+    unsigned char *a;
+    nrn_segment_info info;
+    const int collapses = kernel_collapses_shmem();
+    for (int pass = 0; pass < 3; pass++) {
+        const size_t n = pass == 2 ? 300 * MiB : 6 * MiB;
+        env_reset();
+        if (pass == 1)
+            setenv("NEURON_RT_HUGE_PAGES", "0", 1);
+        CHECK_OK(nrn_mem_alloc(0, n, (void **)&a));
+        CHECK_OK(nrn_mem_segment_of(a, &info));
+        CHECK(info.offset == 0 && info.size >= n);
+        if (pass == 0)
+            CHECK(((uintptr_t)a & (2 * MiB - 1)) == 0);
+        long kb = pmd_mapped_kb(a);
+        if (pass == 0 && collapses)
+            CHECK(kb >= (long)(n >> 10));
+        if (pass > 0)
+            CHECK(kb <= 0);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < n; i += 4093)
+            nonzero += a[i] != 0;
+        CHECK(nonzero == 0);
+        memset(a, 0x5A, n);
+        CHECK(a[0] == 0x5A && a[n - 1] == 0x5A);
+        CHECK_OK(nrn_mem_free(a));
+        unsetenv("NEURON_RT_HUGE_PAGES");
+    }
+    env_reset();
+}
+
 static void test_segments(void)
 {
     void *a, *b;
@@ -942,6 +1021,7 @@ int main(void)
     test_random_ops();
     test_capacity_oom();
     test_fault_injection();
+    test_huge_pages();
     test_segments();
     test_pinned_host();
     test_streams();
