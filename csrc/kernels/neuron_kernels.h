@@ -123,6 +123,28 @@ const char *nk_gemm_isa_name(void);
  * loop, the ceiling a GEMM can approach. 0 when no SIMD FMA is available. Takes ~0.1 s. */
 double nk_fma_peak_gflops(void);
 
+/* ---- recurrent cells (rnn.c) --------------------------------------------------------------------- */
+/*
+ * PyTorch's fused LSTM and GRU cells on [B, G*H] gate matrices (any strides), biases [G*H] or NULL. All
+ * operands of one dtype (F32, BF16, F16; others NK_UNSUPPORTED); math in fp32, each output rounded once.
+ * LSTM: gates = ig + hg + bi + bh in chunks i, f, g, o; i, f, o sigmoid, g tanh; cy = f*cx + i*g,
+ *   hy = o*tanh(cy); ws [B, 4H] holds the activated gates. Backward: grad_gates [B, 4H] (before the
+ *   activations) and grad_cx from grad_hy and grad_cy (either NULL: zero), cx, cy and ws.
+ * GRU: chunks r, z, n: r, z = sigmoid(ig + bi + hg + bh), n = tanh(ig_n + bi_n + r*(hg_n + bh_n)),
+ *   hy = n + z*(hx - n); ws [B, 5H] holds r, z, n, hx, hg_n + bh_n. Backward: grad_ig, grad_hg [B, 3H]
+ *   and grad_hx from grad_hy and ws.
+ * NK_INVALID on a shape or dtype mismatch.
+ */
+nk_status nk_lstm_cell(const nk_tensor *hy, const nk_tensor *cy, const nk_tensor *ws, const nk_tensor *ig,
+                       const nk_tensor *hg, const nk_tensor *cx, const nk_tensor *bi, const nk_tensor *bh);
+nk_status nk_lstm_cell_backward(const nk_tensor *grad_gates, const nk_tensor *grad_cx, const nk_tensor *grad_hy,
+                                const nk_tensor *grad_cy, const nk_tensor *cx, const nk_tensor *cy,
+                                const nk_tensor *ws);
+nk_status nk_gru_cell(const nk_tensor *hy, const nk_tensor *ws, const nk_tensor *ig, const nk_tensor *hg,
+                      const nk_tensor *hx, const nk_tensor *bi, const nk_tensor *bh);
+nk_status nk_gru_cell_backward(const nk_tensor *grad_ig, const nk_tensor *grad_hg, const nk_tensor *grad_hx,
+                               const nk_tensor *grad_hy, const nk_tensor *ws);
+
 /* ---- elementwise: unary, binary, activations and their backward (elementwise.c) ------------------ */
 
 /*
