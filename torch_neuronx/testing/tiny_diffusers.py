@@ -19,10 +19,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from .tiny_models import _CORPUS
 
-KINDS = ("qwenimage21", "qwenimage", "flux", "flux2", "sd", "sdxl")
+KINDS = ("qwenimage21", "qwenimage", "flux", "flux2", "sd", "sdxl", "wan")
 
 # Default image size and steps per pipeline: the smallest the pipeline's latent grid accepts.
-SIZES = {"qwenimage21": 64, "qwenimage": 32, "flux": 32, "flux2": 32, "sd": 32, "sdxl": 32}
+SIZES = {"qwenimage21": 64, "qwenimage": 32, "flux": 32, "flux2": 32, "sd": 32, "sdxl": 32, "wan": 16}
 
 _QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>"]
@@ -158,6 +158,17 @@ def _build(kind: str, layers: int):
                                     clip_sample=False, set_alpha_to_one=False)
         return d.StableDiffusionPipeline(vae=vae, text_encoder=None, tokenizer=None, unet=unet, scheduler=scheduler,
                                          safety_checker=None, feature_extractor=None, requires_safety_checker=False)
+    if kind == "wan":
+        torch.manual_seed(0)
+        vae = d.AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                                 temperal_downsample=[False, True, True])
+        torch.manual_seed(0)
+        transformer = d.WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+            text_dim=32, freq_dim=256, ffn_dim=32, num_layers=layers, cross_attn_norm=True,
+            qk_norm="rms_norm_across_heads", rope_max_seq_len=32)
+        return d.WanPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer,
+                             scheduler=d.FlowMatchEulerDiscreteScheduler(shift=7.0))
     raise ValueError(f"unknown pipeline kind {kind!r}; expected one of {KINDS}")
 
 
@@ -175,7 +186,8 @@ def load(kind: str, path, dtype=torch.float32, **kwargs):
     import diffusers as d
 
     cls = {"qwenimage21": d.QwenImage21Pipeline, "qwenimage": d.QwenImagePipeline, "flux": d.FluxPipeline,
-           "flux2": d.Flux2Pipeline, "sd": d.StableDiffusionPipeline, "sdxl": d.StableDiffusionXLPipeline}[kind]
+           "flux2": d.Flux2Pipeline, "sd": d.StableDiffusionPipeline, "sdxl": d.StableDiffusionXLPipeline,
+           "wan": d.WanPipeline}[kind]
     expected, _ = cls._get_signature_keys(cls)
     for name in expected:  # components the tiny pipeline does not have (text encoders): None, as saved
         if not os.path.isdir(os.path.join(os.fspath(path), name)):
@@ -202,7 +214,7 @@ def prompt_inputs(kind: str, pipe=None, dtype=torch.float32, seed: int = 1) -> d
         return {"prompt_embeds": r(1, 8, 32), "pooled_prompt_embeds": r(1, 32)}
     if kind == "flux2":
         return {"prompt_embeds": r(1, 8, 32)}
-    if kind == "sd":
+    if kind in ("sd", "wan"):
         return {"prompt_embeds": r(1, 7, 32), "negative_prompt_embeds": r(1, 7, 32)}
     if kind == "sdxl":
         return {"prompt_embeds": r(1, 7, 32), "negative_prompt_embeds": r(1, 7, 32),
@@ -223,4 +235,14 @@ def call_kwargs(kind: str, steps: int = 2, size: int = None, seed: int = 0) -> d
         kw["guidance_scale"] = 5.0
     if kind in ("flux", "flux2"):
         kw["guidance_scale"] = 3.5
+    if kind == "wan":
+        kw.update(guidance_scale=5.0, num_frames=5)
     return kw
+
+
+def images(output):
+    """The pipeline output's images (or a video pipeline's frames) as one float32 numpy array."""
+    import numpy as np
+
+    out = output.frames if hasattr(output, "frames") else output.images
+    return np.asarray(out, dtype=np.float32)
