@@ -86,6 +86,8 @@ def test_compile_repeated_blocks_equals_eager(kind, saved):
     first = np.asarray(pipe(**inputs, **td.call_kwargs(kind)).images)
     n_first = _graphs()
     second = np.asarray(pipe(**inputs, **td.call_kwargs(kind)).images)
+    print(f"{kind} compile_repeated_blocks: {n_first} graphs compiled on the first call, "
+          f"{_graphs() - n_first} on the second")
     # One graph per distinct repeated block class (Flux has two), each compiled once for the whole run.
     assert 1 <= n_first <= 4, compiler.report()
     assert _graphs() == n_first, compiler.report()
