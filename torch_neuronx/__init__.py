@@ -26,3 +26,16 @@ _load()
 from ._ops import fallback_ops, op_counts, reset_op_counts  # noqa: E402
 
 __all__ = ["op_counts", "reset_op_counts", "fallback_ops", "__version__"]
+
+
+def __getattr__(name):
+    # Lazy: `import torch` (which autoloads this package) must not import nki/numpy kernels machinery.
+    if name == "nki_op":
+        from ._nki_op import nki_op
+
+        return nki_op
+    if name == "nki":
+        import nki
+
+        return nki
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
