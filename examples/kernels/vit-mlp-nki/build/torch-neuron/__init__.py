@@ -1,0 +1,84 @@
+"""vit-mlp-nki: transformers' ViT MLP block (fc1 -> GELU -> fc2) fused into one NKI kernel.
+
+Hub layout, noarch ``build/torch-neuron`` variant. ``layers.ViTMLP`` replaces the forward of
+``transformers.models.vit.modeling_vit.ViTMLP``; ViT's modules carry no ``use_kernel_forward_from_hub`` tag
+(transformers 5.23), so tag the class first::
+
+    from kernels import replace_kernel_forward_from_hub, use_kernel_mapping, kernelize, Mode, LocalLayerRepository
+    from transformers.models.vit.modeling_vit import ViTMLP
+    replace_kernel_forward_from_hub(ViTMLP, "ViTMLP")
+    with use_kernel_mapping({"ViTMLP": {"neuron": LocalLayerRepository(repo_path=..., layer_name="ViTMLP")}}):
+        model = kernelize(model, device="neuron", mode=Mode.INFERENCE)
+
+The kernel works transposed, with features on the partitions, so neither the hidden activation nor the biases
+ever need a transpose: for a block of up to 512 tokens, ``hT = gelu(W1 @ xT + b1)`` is computed 128 features at
+a time into PSUM (contraction over the hidden size in 128-row chunks), GELU and the fc1 bias (a per-partition
+scalar) are applied on the way out of PSUM, and ``outT = W2 @ hT + b2`` contracts over the intermediate size
+straight from SBUF. Weights are read through transposed views of the Linear weights (no copies).
+"""
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+__all__ = ["vit_mlp", "vit_mlp_kernel", "layers"]
+
+
+@nki.jit(platform_target="trn2")
+def vit_mlp_kernel(xT, w1T, b1, w2T, b2):
+    """out[N, D] = gelu(x @ W1.T + b1) @ W2.T + b2, given xT [D, N], w1T [D, I] (= fc1.weight.T), b1 [I, 1],
+    w2T [I, D] (= fc2.weight.T), b2 [D, 1]. D and I need not be multiples of 128."""
+    D, N = xT.shape
+    _, I = w1T.shape
+    P = nl.tile_size.pmax                      # 128: contraction and stationary-free tile
+    NT = nl.tile_size.gemm_moving_fmax         # 512 tokens per moving tile
+    out = nl.ndarray((N, D), dtype=xT.dtype, buffer=nl.shared_hbm)
+    outT = out.permute((1, 0))                 # [D, N] view of the result
+    nD = (D + P - 1) // P
+    nI = (I + P - 1) // P
+    for n in nl.affine_range((N + NT - 1) // NT):
+        nt = min(NT, N - n * NT)
+        # the token block, features on partitions: nD tiles of [128, nt]
+        xs = nl.ndarray((nD, nl.par_dim(P), NT), dtype=xT.dtype, buffer=nl.sbuf)
+        for d in nl.affine_range(nD):
+            dp = min(P, D - d * P)
+            nisa.dma_copy(dst=xs[d, :dp, :nt], src=xT[d * P:d * P + dp, n * NT:n * NT + nt])
+        # fc1 + bias + GELU: hT [I, nt] kept in SBUF as nI tiles
+        hs = nl.ndarray((nI, nl.par_dim(P), NT), dtype=xT.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(nI):
+            ip = min(P, I - i * P)
+            acc = nl.ndarray((P, NT), dtype=nl.float32, buffer=nl.psum)
+            for d in nl.sequential_range(nD):
+                dp = min(P, D - d * P)
+                w = nl.ndarray((P, P), dtype=w1T.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=w[:dp, :ip], src=w1T[d * P:d * P + dp, i * P:i * P + ip])
+                nisa.nc_matmul(dst=acc[:ip, :nt], stationary=w[:dp, :ip], moving=xs[d, :dp, :nt])
+            bias = nl.ndarray((P, 1), dtype=b1.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bias[:ip], src=b1[i * P:i * P + ip, :])
+            nisa.activation(dst=hs[i, :ip, :nt], op=nl.gelu, data=acc[:ip, :nt], bias=bias[:ip])
+        # fc2 + bias: outT [D, nt]
+        for d in nl.affine_range(nD):
+            dp = min(P, D - d * P)
+            acc = nl.ndarray((P, NT), dtype=nl.float32, buffer=nl.psum)
+            for i in nl.sequential_range(nI):
+                ip = min(P, I - i * P)
+                w = nl.ndarray((P, P), dtype=w2T.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=w[:ip, :dp], src=w2T[i * P:i * P + ip, d * P:d * P + dp])
+                nisa.nc_matmul(dst=acc[:dp, :nt], stationary=w[:ip, :dp], moving=hs[i, :ip, :nt])
+            bias = nl.ndarray((P, 1), dtype=b2.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bias[:dp], src=b2[d * P:d * P + dp, :])
+            o = nl.ndarray((P, NT), dtype=out.dtype, buffer=nl.sbuf)
+            nisa.activation(dst=o[:dp, :nt], op=nl.copy, data=acc[:dp, :nt], bias=bias[:dp])
+            nisa.dma_copy(dst=outT[d * P:d * P + dp, n * NT:n * NT + nt], src=o[:dp, :nt])
+    return out
+
+
+def vit_mlp(hidden_states, fc1, fc2):
+    """ViTMLP's math on ``hidden_states`` [..., D] with the block's two ``nn.Linear`` layers."""
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1])
+    out = vit_mlp_kernel(x.t(), fc1.weight.t(), fc1.bias.reshape(-1, 1), fc2.weight.t(), fc2.bias.reshape(-1, 1))
+    return out.reshape(shape)
+
+
+from . import layers  # noqa: E402
