@@ -775,6 +775,30 @@ struct FallbackCall {
   }
 };
 
+// Operators whose CUDA kernels take CPU tensors beside device tensors: cross-device copies and indices.
+bool takes_cpu_tensors(const c10::FunctionSchema& schema) {
+  static const std::unordered_set<std::string> names = {
+      "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize", "aten::_to_copy", "aten::to",
+      "aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_", "aten::_unsafe_index",
+      "aten::_unsafe_index_put", "aten::set_", "aten::_foreach_copy_", "aten::_has_same_storage_numel",
+      "aten::_pin_memory", "aten::is_pinned", "aten::_local_scalar_dense", "aten::_make_per_tensor_quantized_tensor",
+      "aten::_nested_tensor_from_mask", "aten::lift_fresh", "aten::to_padded_tensor", "aten::_cdist_forward"};
+  return names.count(schema.name()) != 0;
+}
+
+// A CPU tensor beside a neuron tensor is an error, as on CUDA ("Expected all tensors to be on the same
+// device"), but for 0-dim CPU tensors (scalars, allowed by TensorIterator ops) and the operators above:
+// the fallback could run either on the CPU, so without this check it computed what CUDA refuses.
+void check_same_device(const c10::FunctionSchema& schema, const FallbackCall& call) {
+  if (call.tensors.empty() || call.cpu_inputs.empty()) return;
+  for (const at::Tensor& t : call.cpu_inputs) {
+    if (t.dim() == 0 || !t.is_cpu()) continue;
+    if (takes_cpu_tensors(schema)) return;
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+                call.tensors.front().first.device(), " and cpu! (in ", schema.name(), ")");
+  }
+}
+
 void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   auto op_name = [&] {
@@ -800,6 +824,7 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   const size_t base = stack->size() - n;
   FallbackCall call;
   for (size_t i = 0; i < n; ++i) (*stack)[base + i] = call.in((*stack)[base + i]);
+  check_same_device(schema, call);
   if (call.device < 0) call.device = current_device();
   for (size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[base + i];

@@ -7,6 +7,8 @@
 // Kernels validate every index before writing, so the CPU rerun sees the tensors untouched.
 #include "aten/neuron_aten.h"
 
+#include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <ATen/WrapDimUtils.h>
 #include <torch/library.h>
 
@@ -56,6 +58,11 @@ at::Tensor neuron_index_select(const at::Tensor& self, int64_t dim, const at::Te
 
 at::Tensor& neuron_index_select_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, at::Tensor& out) {
   NEURON_NATIVE("aten::index_select.out");
+  // What PyTorch's CPU kernel checks of an out= tensor, before anything is written.
+  TORCH_CHECK(self.scalar_type() == out.scalar_type(), "index_select(): self and result must have the same scalar type");
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, index);
   return index_select_out_impl(self, dim, index, out);
 }
 
@@ -107,6 +114,13 @@ at::Tensor neuron_gather(const at::Tensor& self, int64_t dim, const at::Tensor& 
 at::Tensor& neuron_gather_out(const at::Tensor& self, int64_t dim, const at::Tensor& index, bool sparse_grad,
                               at::Tensor& out) {
   NEURON_NATIVE("aten::gather.out");
+  // What PyTorch's structured gather checks of an out= tensor, before anything is written.
+  TORCH_CHECK(out.scalar_type() == self.scalar_type(), "Expected out tensor to have dtype ", self.dtype(),
+              ", but got ", out.dtype(), " instead");
+  at::native::resize_output(out, index.sizes());  // first, as the structured kernel: overlap is that of the result
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_partial_overlap(out, index);
   return gather_out_impl(self, dim, index, out);
 }
 

@@ -269,8 +269,14 @@ at::Tensor& neuron_bitwise_not_out(const at::Tensor& self, at::Tensor& out) {
   return out;
 }
 
+// PyTorch's CPU kernel validates the string when it runs (get_gelutype_enum), not in the meta function.
+void check_gelu_approximate(c10::string_view approximate) {
+  TORCH_CHECK(approximate == "none" || approximate == "tanh", "approximate argument must be either none or tanh.");
+}
+
 at::Tensor& neuron_gelu_out(const at::Tensor& self, c10::string_view approximate, at::Tensor& out) {
   NEURON_NATIVE("aten::gelu.out");
+  check_gelu_approximate(approximate);
   OutOp<at::meta::structured_gelu> op(out);
   op.meta(self, approximate);
   const at::Tensor& r = op.maybe_get_output(0);
@@ -467,6 +473,7 @@ at::Tensor& neuron_pow_tensor_tensor_out(const at::Tensor& self, const at::Tenso
 at::Tensor& neuron_gelu_backward_out(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate,
                                      at::Tensor& grad_input) {
   NEURON_NATIVE("aten::gelu_backward.grad_input");
+  check_gelu_approximate(approximate);
   OutOp<at::meta::structured_gelu_backward> op(grad_input);
   op.meta(grad, self, approximate);
   const at::Tensor& r = op.maybe_get_output(0);
