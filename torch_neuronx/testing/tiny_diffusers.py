@@ -89,7 +89,7 @@ def _build(kind: str, layers: int):
         torch.manual_seed(0)
         transformer = d.QwenImage21Transformer2DModel(
             patch_size=1, in_channels=8, out_channels=8, num_layers=layers, attention_head_dim=16,
-            num_attention_heads=2, context_in_dim=hidden, mlp_ratio=3, axes_dims_rope=(4, 6, 6))
+            num_attention_heads=4, context_in_dim=hidden, mlp_ratio=3, axes_dims_rope=(4, 6, 6))
         torch.manual_seed(0)
         vae = d.AutoencoderKLQwenImage21(
             base_dim=8, decoder_base_dim=8, z_dim=8, dim_mult=[1, 1, 1, 1, 1], num_res_blocks=1,
