@@ -21,7 +21,9 @@ gradient is ~0 can move either way: |w - w_cpu| <= 2 x sum of learning rates.
 Compiled (`--torch_compile true`, TRL's default gradient checkpointing on): every graph compiles before the first
 logged step (nothing recompiles later, TRL pads to multiples of 128 tokens on neuron) and the compile report
 (TORCH_NEURONX_COMPILE_REPORT=1) shows no recompile and no graph break but TRL's own `torch.mm(out=<non-contiguous
-view>)` in trl/kernels/chunked_logprob.py, which Dynamo refuses on every device (CPU Inductor reports the same).
+view>)` in trl/kernels/chunked_logprob.py, which Dynamo refuses on every device (CPU Inductor reports the same),
+and with ranks FSDP2's hooks (run under torch._dynamo.disable by FSDP2) and Transformers TP's first-forward hook
+registration inside the checkpointed region (LIBRARY_GRAPH_BREAKS).
 
 Default suite (~4.5 min on 2 idle cores, most of it compiling): one process eager and compiled, torchrun 4 ranks
 TP 2 x FSDP 2 eager, and the bad-input case. RUN_SLOW=1 adds 4 ranks compiled and 2 ranks pure FSDP / pure TP.
@@ -169,6 +171,17 @@ def check_against_cpu(out, ref, label):
     assert worst <= bound
 
 
+# Graph breaks of the libraries themselves, on any device (none comes from torch_neuronx or the neuron backend):
+LIBRARY_GRAPH_BREAKS = [
+    # TRL: torch.mm(out=<a column slice of a wider buffer>); CPU Inductor reports the same break.
+    ("trl/kernels/chunked_logprob.py", "non-contiguous `out=`"),
+    # FSDP2 runs its hooks under torch._dynamo.disable (reason "skipping FSDP hooks") on every device.
+    ("torch/distributed/fsdp/_fully_shard/_fsdp_common.py", "marked as skipped"),
+    # Transformers TP registers gradient all-reduce hooks on the first forward, inside the checkpoint HOP.
+    ("transformers/distributed/tensor_parallel.py", "Unsafe side effect"),
+]
+
+
 def check_compiled(proc):
     out = proc.stdout
     first_log = out.index("{'loss'")
@@ -180,7 +193,8 @@ def check_compiled(proc):
     assert len(re.findall(r"^  recompiles: 0$", out, re.M)) == reports, out[-6000:]
     for m in re.finditer(r"^  graph breaks: (\d+)\n((?:    .*\n?)*)", out, re.M):
         for line in m.group(2).splitlines():
-            assert "trl/kernels/chunked_logprob.py" in line and "non-contiguous `out=`" in line, line
+            assert "torch_neuronx" not in line and "neuron" not in line.split(": ", 1)[1].lower(), line
+            assert any(where in line and why in line for where, why in LIBRARY_GRAPH_BREAKS), line
 
 
 def test_one_process_eager(data, cpu_ref, tmp_path):
