@@ -158,3 +158,28 @@ def test_vit_kernelize_local_layer_repository_bf16(tagged_vit_mlp, kernel_calls)
     assert kernel_calls == ["vit_mlp_kernel"] * 2
     # bf16: the kernel keeps fc1's result in fp32 PSUM and rounds once after GELU, eager rounds after each op
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=5e-2, atol=5e-2)
+
+
+def test_relu_kernelize_training_backward_through_nki_op(kernel_calls):
+    """relu-nki's layer goes through torch_neuronx.nki_op custom ops with register_autograd: Mode.TRAINING."""
+    mapping = {"ReLUTrain": {"neuron": kernels.LocalLayerRepository(repo_path=RELU, layer_name="ReLU")}}
+
+    @kernels.use_kernel_forward_from_hub("ReLUTrain")
+    class ReLU(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu(x)
+
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(24, 40)
+    model = torch.nn.Sequential(lin, ReLU()).to(DEV)
+    x = torch.randn(50, 24)
+    ref_model = torch.nn.Sequential(torch.nn.Linear(24, 40), torch.nn.ReLU())
+    ref_model.load_state_dict(model.state_dict())
+    ref_model(x).square().sum().backward()
+    with kernels.use_kernel_mapping(mapping):
+        model = kernels.kernelize(model, device="neuron", mode=kernels.Mode.TRAINING)
+    kernel_calls.clear()
+    model(x.to(DEV)).square().sum().backward()
+    assert kernel_calls == ["relu_kernel", "relu_backward_kernel"]
+    torch.testing.assert_close(lin.weight.grad.cpu(), ref_model[0].weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lin.bias.grad.cpu(), ref_model[0].bias.grad, rtol=1e-5, atol=1e-5)

@@ -186,6 +186,22 @@ def test_autograd_eager_and_compiled():
     torch.testing.assert_close(xc.grad.cpu(), (g.cpu() * (xc.detach().cpu() > 0)))
 
 
+def test_torch_compile_dynamic_shapes_map_output_sizes_to_symbols():
+    torch._dynamo.reset()
+
+    def f(x):
+        return stats_op(scale_op(x, 2.0))
+
+    cf = torch.compile(f, backend="neuron", fullgraph=True, dynamic=True)
+    runs = stats_op._nki.traced_runs
+    for rows in (40, 72, 100):
+        x = torch.randn(rows, 48, device=DEV)
+        s, m = cf(x)
+        assert s.shape == (rows, 1) and m.shape == (rows, 1)
+        torch.testing.assert_close(s.cpu(), (2 * x.cpu()).sum(1, keepdim=True), rtol=1e-5, atol=1e-4)
+    assert stats_op._nki.traced_runs <= runs + 1  # one symbolic trace serves every size
+
+
 # ----------------------------------------------------------------------------------------------- errors
 def test_errors_name_the_kernel_and_the_argument():
     a = torch.randn(16, 8, device=DEV)

@@ -281,8 +281,8 @@ class _NkiOp:
         for a in named.values():
             if isinstance(a, torch.Tensor):
                 for s in a.shape:
-                    if isinstance(s, torch.SymInt):
-                        syms.setdefault(_concrete(s), set()).add(s)
+                    if isinstance(s, torch.SymInt):  # SymInts are unhashable: keyed by their expression
+                        syms.setdefault(_concrete(s), {})[str(s.node.expr)] = s
         outs = []
         for i, (shape, dtype) in enumerate(specs):
             size = []
@@ -291,7 +291,7 @@ class _NkiOp:
                 if cands is None:
                     size.append(d)
                 elif len(cands) == 1:
-                    size.append(next(iter(cands)))
+                    size.append(next(iter(cands.values())))
                 else:
                     raise _OpError(f"{self._prefix()}: output {i} has a size {d} that matches several symbolic "
                                    f"input sizes; pass output_like= (argument names or a fake function)")

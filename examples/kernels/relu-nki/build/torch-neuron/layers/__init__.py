@@ -4,9 +4,8 @@ from .. import relu
 
 
 class ReLU(torch.nn.Module):
-    """Drop-in forward for a ``ReLU``-tagged layer (``forward(self, x)``); inference only."""
-
-    has_backward = False
+    """Drop-in forward for a ``ReLU``-tagged layer (``forward(self, x)``). It has a backward (an NKI kernel too)
+    when torch_neuronx is importable, so ``kernelize(..., mode=Mode.TRAINING)`` accepts it."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return relu(x)
