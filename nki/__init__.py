@@ -97,6 +97,38 @@ class _Args:
             np.copyto(orig, c)
 
 
+_blas_checked = False
+
+
+def _limit_numpy_blas_threads():
+    """Run numpy's OpenBLAS on ``NKI_NUMPY_BLAS_THREADS`` threads (default 1; 0 leaves it alone), once, at the
+    first kernel launch. The interpreter's nc_matmul is a small numpy matmul per instruction; OpenBLAS's own
+    spinning threads contend with PyTorch's OpenMP pool (which runs the device's kernels): a 512x512x1024 fp32
+    tiled matmul kernel took 736-762 ms with OpenBLAS's default threads and 31-35 ms with one, on 2 CPUs."""
+    global _blas_checked
+    if _blas_checked:
+        return
+    _blas_checked = True
+    n = int(os.environ.get("NKI_NUMPY_BLAS_THREADS", "1") or 0)
+    if n <= 0:
+        return
+    try:
+        import ctypes
+
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and line.split()[-1].startswith("/")}
+        for path in paths:
+            lib = ctypes.CDLL(path)
+            for name in ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads",
+                         "openblas_set_num_threads64_", "openblas_set_num_threads"):
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn(ctypes.c_int(n))
+                    break
+    except Exception:  # noqa: BLE001 - no /proc, another BLAS: leave the library as it is
+        pass
+
+
 class Kernel:
     """An ``@nki.jit`` kernel. ``kernel(args)`` runs one instance; ``kernel[g]`` / ``kernel[g, h]`` a grid."""
 
@@ -123,6 +155,7 @@ class Kernel:
         outer = _core.current()
         if outer is not None:  # a kernel called from a kernel: plain function call in the same instance
             return self.fn(*args, **kwargs)
+        _limit_numpy_blas_threads()
         conv = _Args()
         nargs = [conv.to_nki(a) for a in args]
         nkw = {k: conv.to_nki(v) for k, v in kwargs.items()}

@@ -233,3 +233,16 @@ def test_import_torch_stays_lazy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
                          cwd="/")
     assert out.stdout.split() == ["False", "False"], out.stderr
+
+
+def test_numpy_blas_runs_on_one_thread_after_a_launch():
+    """nki sets numpy's OpenBLAS to NKI_NUMPY_BLAS_THREADS (default 1) at the first launch (docs/nki.md)."""
+    import ctypes
+
+    libs = {l.split()[-1] for l in open("/proc/self/maps") if "openblas" in l.lower() and l.split()[-1][:1] == "/"}
+    getters = [getattr(ctypes.CDLL(p), "scipy_openblas_get_num_threads64_", None) for p in libs]
+    getters = [g for g in getters if g is not None]
+    if not getters:
+        pytest.skip("numpy is not linked to scipy-openblas here")
+    relu_op(torch.randn(4, 4))
+    assert all(g() == 1 for g in getters)
