@@ -183,3 +183,34 @@ def test_relu_kernelize_training_backward_through_nki_op(kernel_calls):
     assert kernel_calls == ["relu_kernel", "relu_backward_kernel"]
     torch.testing.assert_close(lin.weight.grad.cpu(), ref_model[0].weight.grad, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(lin.bias.grad.cpu(), ref_model[0].bias.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture
+def tagged_vit_layer():
+    from transformers.models.vit.modeling_vit import ViTLayer
+
+    kernels.replace_kernel_forward_from_hub(ViTLayer, "ViTLayer")
+    yield ViTLayer
+    for attr in ("kernel_layer_name", "kernel_condition"):
+        if attr in ViTLayer.__dict__:
+            delattr(ViTLayer, attr)
+
+
+def test_vit_layer_layernorm_mlp_residual_fused_equals_eager(tagged_vit_layer, kernel_calls):
+    """The ViTLayer layer: attention in torch, then LayerNorm + MLP + residual in one NKI kernel."""
+    model = _tiny_vit(layer_norm_eps=1e-12).to(DEV)
+    with torch.no_grad():  # non-trivial LayerNorm affine parameters
+        for layer in model.vit.layers:
+            layer.layernorm_after.weight.normal_()
+            layer.layernorm_after.bias.normal_()
+    pixels = torch.randn(3, 3, 32, 32, device=DEV)
+    with torch.no_grad():
+        ref = model(pixel_values=pixels).logits
+    mapping = {"ViTLayer": {"neuron": kernels.LocalLayerRepository(repo_path=VIT_MLP, layer_name="ViTLayer")}}
+    with kernels.use_kernel_mapping(mapping):
+        model = kernels.kernelize(model, device="neuron", mode=kernels.Mode.INFERENCE)
+    kernel_calls.clear()
+    with torch.no_grad():
+        out = model(pixel_values=pixels).logits
+    assert kernel_calls == ["vit_ln_mlp_kernel"] * 2
+    torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)

@@ -21,7 +21,7 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-__all__ = ["vit_mlp", "vit_mlp_kernel", "layers"]
+__all__ = ["vit_mlp", "vit_mlp_kernel", "vit_ln_mlp", "vit_ln_mlp_kernel", "layers"]
 
 
 @nki.jit(platform_target="trn2")
@@ -78,6 +78,87 @@ def vit_mlp(hidden_states, fc1, fc2):
     shape = hidden_states.shape
     x = hidden_states.reshape(-1, shape[-1])
     out = vit_mlp_kernel(x.t(), fc1.weight.t(), fc1.bias.reshape(-1, 1), fc2.weight.t(), fc2.bias.reshape(-1, 1))
+    return out.reshape(shape)
+
+
+@nki.jit(platform_target="trn2")
+def vit_ln_mlp_kernel(x, xT, ln_w, ln_b, w1T, b1, w2T, b2, eps):
+    """out[N, D] = x + fc2(gelu(fc1(layernorm(x)))): the second half of a ViT layer in one kernel.
+
+    x [N, D] and xT [D, N] are the same tensor (a transposed view: the residual is read feature-major);
+    ln_w, ln_b [1, D]; w1T [D, I], b1 [I, 1], w2T [I, D], b2 [D, 1] as in vit_mlp_kernel. Tokens go 128 at a
+    time: LayerNorm token-major (tokens on partitions, two-pass mean and variance over the free axis, as
+    torch computes it), then 128 x 128 Tensor Engine transposes into the feature-major layout the matmuls use.
+    """
+    N, D = x.shape
+    _, I = w1T.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    outT = out.permute((1, 0))
+    nD = (D + P - 1) // P
+    nI = (I + P - 1) // P
+    gw = nl.ndarray((1, D), dtype=ln_w.dtype, buffer=nl.sbuf)
+    gb = nl.ndarray((1, D), dtype=ln_b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=gw, src=ln_w)
+    nisa.dma_copy(dst=gb, src=ln_b)
+    for n in nl.affine_range((N + P - 1) // P):
+        nt = min(P, N - n * P)
+        # LayerNorm, token-major, in fp32
+        xt = nl.ndarray((P, D), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt[:nt], src=x[n * P:n * P + nt, :])
+        mean = nl.mean(xt[:nt], axis=1, keepdims=True)
+        xc = nl.subtract(xt[:nt], mean)
+        var = nl.mean(nl.multiply(xc, xc), axis=1, keepdims=True)
+        rstd = nl.rsqrt(nl.add(var, eps))
+        y = nl.add(nl.multiply(nl.multiply(xc, rstd), gw.broadcast_to((nt, D))), gb.broadcast_to((nt, D)))
+        # to feature-major: nD tiles of [128 features, nt tokens]
+        ys = nl.ndarray((nD, nl.par_dim(P), P), dtype=w1T.dtype, buffer=nl.sbuf)
+        for d in nl.affine_range(nD):
+            dp = min(P, D - d * P)
+            tp = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp[:dp, :nt], data=y[:, d * P:d * P + dp])
+            nisa.tensor_copy(dst=ys[d, :dp, :nt], src=tp[:dp, :nt])
+        # fc1 + bias + GELU
+        hs = nl.ndarray((nI, nl.par_dim(P), P), dtype=w1T.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(nI):
+            ip = min(P, I - i * P)
+            acc = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+            for d in nl.sequential_range(nD):
+                dp = min(P, D - d * P)
+                w = nl.ndarray((P, P), dtype=w1T.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=w[:dp, :ip], src=w1T[d * P:d * P + dp, i * P:i * P + ip])
+                nisa.nc_matmul(dst=acc[:ip, :nt], stationary=w[:dp, :ip], moving=ys[d, :dp, :nt])
+            bias = nl.ndarray((P, 1), dtype=b1.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bias[:ip], src=b1[i * P:i * P + ip, :])
+            nisa.activation(dst=hs[i, :ip, :nt], op=nl.gelu, data=acc[:ip, :nt], bias=bias[:ip])
+        # fc2 + bias + residual, feature-major
+        for d in nl.affine_range(nD):
+            dp = min(P, D - d * P)
+            acc = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+            for i in nl.sequential_range(nI):
+                ip = min(P, I - i * P)
+                w = nl.ndarray((P, P), dtype=w2T.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=w[:ip, :dp], src=w2T[i * P:i * P + ip, d * P:d * P + dp])
+                nisa.nc_matmul(dst=acc[:dp, :nt], stationary=w[:ip, :dp], moving=hs[i, :ip, :nt])
+            bias = nl.ndarray((P, 1), dtype=b2.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=bias[:dp], src=b2[d * P:d * P + dp, :])
+            o = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.activation(dst=o[:dp, :nt], op=nl.copy, data=acc[:dp, :nt], bias=bias[:dp])
+            res = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=res[:dp, :nt], src=xT[d * P:d * P + dp, n * P:n * P + nt])
+            r = nl.ndarray((P, P), dtype=out.dtype, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=r[:dp, :nt], data1=o[:dp, :nt], data2=res[:dp, :nt], op=nl.add)
+            nisa.dma_copy(dst=outT[d * P:d * P + dp, n * P:n * P + nt], src=r[:dp, :nt])
+    return out
+
+
+def vit_ln_mlp(hidden_states, layernorm, fc1, fc2):
+    """hidden_states + ViTMLP(layernorm(hidden_states)) with the layer's LayerNorm and two Linear layers."""
+    shape = hidden_states.shape
+    x = hidden_states.reshape(-1, shape[-1])
+    out = vit_ln_mlp_kernel(x, x.t(), layernorm.weight.reshape(1, -1), layernorm.bias.reshape(1, -1),
+                            fc1.weight.t(), fc1.bias.reshape(-1, 1), fc2.weight.t(), fc2.bias.reshape(-1, 1),
+                            float(layernorm.eps))
     return out.reshape(shape)
 
 
