@@ -37,6 +37,9 @@ def load() -> None:
         from . import _rng_prims
 
         _rng_prims.install()
+        from . import _safetensors_compat
+
+        _safetensors_compat.install()
         _loaded = True
 
 
