@@ -73,9 +73,8 @@ def _param_type(kname: str, p: inspect.Parameter, override: Optional[dict]) -> s
     aname = getattr(ann, "name", None) if type(ann).__name__ == "_Annotation" else None  # nki.typing
     if aname in ("tensor", "mutable_tensor"):
         return "Tensor"
-    if aname == "scalar":
-        return "float" if not isinstance(p.default, (bool, int)) or isinstance(p.default, float) else \
-            _SCALARS[type(p.default)]
+    if aname == "scalar":  # nt.scalar: the default's type if it has one, else float
+        return _SCALARS.get(type(p.default), "float")
     if ann is torch.Tensor or getattr(ann, "__name__", "") in ("tensor", "Tensor", "NkiTensor"):
         return "Tensor"
     if typing.get_origin(ann) is typing.Union:
