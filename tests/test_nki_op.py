@@ -246,3 +246,33 @@ def test_numpy_blas_runs_on_one_thread_after_a_launch():
         pytest.skip("numpy is not linked to scipy-openblas here")
     relu_op(torch.randn(4, 4))
     assert all(g() == 1 for g in getters)
+
+
+def test_hub_layer_through_nki_op_under_torch_compile(monkeypatch):
+    """examples/kernels/relu-nki's layer calls nki_op custom ops: kernelize(TORCH_COMPILE) + fullgraph compile.
+    (Here rather than in test_nki_hub.py: this process has Inductor warm already.)"""
+    kernels = pytest.importorskip("kernels")
+    from pathlib import Path
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = Path(__file__).resolve().parent.parent / "examples" / "kernels" / "relu-nki"
+
+    @kernels.use_kernel_forward_from_hub("ReLUCompile")
+    class ReLU(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.relu(x)
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), ReLU(), torch.nn.Linear(32, 8)).to(DEV).eval()
+    x = torch.randn(24, 16, device=DEV)
+    ref = model(x).detach()
+    mapping = {"ReLUCompile": {"neuron": kernels.LocalLayerRepository(repo_path=repo, layer_name="ReLU")}}
+    with kernels.use_kernel_mapping(mapping):
+        model = kernels.kernelize(model, device="neuron", mode=kernels.Mode.INFERENCE | kernels.Mode.TORCH_COMPILE)
+    torch._dynamo.reset()
+    calls = []
+    orig = nki.Kernel.__call__
+    monkeypatch.setattr(nki.Kernel, "__call__", lambda self, *a, **k: calls.append(self.__name__) or orig(self, *a, **k))
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", fullgraph=True)(x)
+    assert "relu_kernel" in calls  # the Hub kernel ran inside the compiled graph (and once for the fake trace at most)
+    torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
