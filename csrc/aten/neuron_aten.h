@@ -36,6 +36,13 @@ c10::DeviceIndex current_device();
 
 c10::DeviceAllocator* neuron_allocator();
 
+// Memory history (neuron_memory_history.cpp): while recording, the allocator reports each allocation
+// (new_segment: it mapped a segment), free and out-of-memory error with the Python stack that made it.
+bool memory_history_recording();
+void memory_history_alloc(int device, void* ptr, size_t size, bool new_segment);
+void memory_history_free(void* ptr);
+void memory_history_oom(int device, size_t size);
+
 // The neuron generator: Philox key (seed) and counter offset, as DTensor's RNG tracker reads them.
 struct NeuronGeneratorImpl : public c10::GeneratorImpl {
   explicit NeuronGeneratorImpl(c10::DeviceIndex device_index = -1);

@@ -18,7 +18,10 @@ void raise_status(nrn_status s, const char* what) {
   std::string msg = nrn_last_error();
   if (msg.empty()) msg = std::string(what) + " failed: " + nrn_status_str(s);
   if (s == NRN_RESOURCE) {
-    TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory: ", msg);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron out of memory: ", msg,
+                     ". torch.neuron.memory_summary() shows what the allocator holds; "
+                     "torch.neuron.memory._record_memory_history() before the failing code and "
+                     "torch.neuron.memory._snapshot() after it show which code allocated it");
   }
   TORCH_CHECK(false, "neuron runtime error (", nrn_status_str(s), "): ", msg);
 }
@@ -54,6 +57,7 @@ c10::DeviceIndex current_device() {
 namespace {
 
 void neuron_free(void* ptr) {
+  if (memory_history_recording()) memory_history_free(ptr);
   nrn_status s = nrn_mem_free(ptr);
   // A deleter must not throw; a failure here means a pointer the runtime does not know, which is a bug.
   if (s != NRN_SUCCESS) nrn_log(NRN_LOG_ERROR, "freeing %p: %s", ptr, nrn_last_error());
@@ -74,7 +78,17 @@ struct NeuronAllocator final : public c10::DeviceAllocator {
   at::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex dev = current_device();
     void* p = nullptr;
-    if (nbytes > 0) NRN_CHECK(nrn_mem_alloc(dev, nbytes, &p));
+    if (nbytes > 0 && memory_history_recording()) {
+      nrn_mem_stats before, after;
+      NRN_CHECK(nrn_mem_get_stats(dev, &before));
+      nrn_status s = nrn_mem_alloc(dev, nbytes, &p);
+      if (s == NRN_RESOURCE) memory_history_oom(dev, nbytes);
+      if (s != NRN_SUCCESS) raise_status(s, "nrn_mem_alloc");
+      NRN_CHECK(nrn_mem_get_stats(dev, &after));
+      memory_history_alloc(dev, p, nbytes, after.num_device_alloc > before.num_device_alloc);
+    } else if (nbytes > 0) {
+      NRN_CHECK(nrn_mem_alloc(dev, nbytes, &p));
+    }
     return {p, p, &neuron_free, c10::Device(c10::DeviceType::PrivateUse1, dev)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &neuron_free; }

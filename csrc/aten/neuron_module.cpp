@@ -25,7 +25,12 @@ void run_on_intraop_pool(int64_t n, int64_t grain, nk_range_fn fn, void* ctx) {
 int intraop_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
 }  // namespace
 
+namespace torch_neuronx {
+void register_memory_history(pybind11::module& m);  // neuron_memory_history.cpp
+}
+
 PYBIND11_MODULE(_C, m) {
+  torch_neuronx::register_memory_history(m);
   m.doc() = "TorchNeuron native binding";
 
   m.def("_init", [] {

@@ -923,6 +923,35 @@ nrn_status nrn_mem_get_stats(int dev, nrn_mem_stats *out)
     return NRN_SUCCESS;
 }
 
+nrn_status nrn_mem_snapshot(int dev, nrn_mem_block_info *out, size_t cap, size_t *count)
+{
+    nrn_allocator *a = NULL;
+    size_t n = 0;
+    nrn_status st;
+    if (count == NULL || (out == NULL && cap > 0))
+        return nrn_error_set(NRN_INVALID, "nrn_mem_snapshot: count is NULL, or out is NULL with cap %zu", cap);
+    st = nrn_allocator_of(dev, &a, "nrn_mem_snapshot");
+    if (st != NRN_SUCCESS)
+        return st;
+    pthread_mutex_lock(&a->lock);
+    for (nrn_segment *seg = a->segments; seg != NULL; seg = seg->next) {
+        for (nrn_block *b = seg->head; b != NULL; b = b->next, n++) {
+            if (n >= cap)
+                continue;
+            out[n].segment_base = (uint64_t)seg->base;
+            out[n].segment_size = seg->size;
+            out[n].pool = seg->pool;
+            out[n].addr = (uint64_t)b->ptr;
+            out[n].size = b->size;
+            out[n].requested = b->allocated ? b->requested : 0;
+            out[n].allocated = b->allocated;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    *count = n;
+    return NRN_SUCCESS;
+}
+
 nrn_status nrn_mem_reset_peak_stats(int dev)
 {
     nrn_allocator *a = NULL;

@@ -171,6 +171,18 @@ typedef struct nrn_mem_stats {
 } nrn_mem_stats;
 
 nrn_status nrn_mem_get_stats(int dev, nrn_mem_stats *out);
+
+/* One block of a device's segments, for memory snapshots. */
+typedef struct nrn_mem_block_info {
+    uint64_t segment_base, segment_size;
+    int32_t pool;       /* NRN_POOL_SMALL or NRN_POOL_LARGE */
+    bool allocated;
+    uint64_t addr, size;
+    uint64_t requested; /* bytes asked for (allocated blocks), 0 for free ones */
+} nrn_mem_block_info;
+/* Every block of dev's segments, segment by segment in address order: the first cap go to out, *count
+ * is the total (call with cap 0 to size the array; the count can change between calls). */
+nrn_status nrn_mem_snapshot(int dev, nrn_mem_block_info *out, size_t cap, size_t *count);
 nrn_status nrn_mem_reset_peak_stats(int dev);         /* peak := current */
 nrn_status nrn_mem_reset_accumulated_stats(int dev);  /* allocated/freed counters and counts := 0 */
 

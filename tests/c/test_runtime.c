@@ -687,6 +687,47 @@ static void test_huge_pages(void)
     env_reset();
 }
 
+/* The snapshot lists every block of the device's segments: allocated ones with their requested bytes
+ * summing to the statistics, and together covering every segment exactly. */
+static void test_snapshot(void)
+{
+    void *a, *b, *c;
+    nrn_mem_stats st;
+    size_t n = 0, cap;
+    CHECK_OK(nrn_mem_alloc(0, 1000, &a));
+    CHECK_OK(nrn_mem_alloc(0, 3 * MiB, &b));
+    CHECK_OK(nrn_mem_alloc(0, 5000, &c));
+    CHECK_OK(nrn_mem_free(c));
+    CHECK_OK(nrn_mem_snapshot(0, NULL, 0, &n));
+    CHECK(n >= 3);
+    CHECK_ST(nrn_mem_snapshot(0, NULL, 4, &n), NRN_INVALID);
+    cap = n;
+    nrn_mem_block_info *blk = calloc(cap, sizeof *blk);
+    CHECK_OK(nrn_mem_snapshot(0, blk, cap, &n));
+    CHECK_OK(nrn_mem_get_stats(0, &st));
+    uint64_t alloc_bytes = 0, requested = 0, covered = 0, reserved = 0;
+    int found_a = 0, found_b = 0;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        if (blk[i].allocated) {
+            alloc_bytes += blk[i].size;
+            requested += blk[i].requested;
+        }
+        found_a += blk[i].allocated && blk[i].addr == (uint64_t)(uintptr_t)a && blk[i].requested == 1000;
+        found_b += blk[i].allocated && blk[i].addr == (uint64_t)(uintptr_t)b && blk[i].pool == NRN_POOL_LARGE;
+        covered += blk[i].size;
+        if (blk[i].addr == blk[i].segment_base)
+            reserved += blk[i].segment_size;
+    }
+    CHECK(found_a == 1 && found_b == 1);
+    CHECK((int64_t)alloc_bytes == st.allocated_bytes[NRN_POOL_ALL].current);
+    CHECK((int64_t)requested == st.requested_bytes[NRN_POOL_ALL].current);
+    CHECK(covered == reserved && (int64_t)reserved == st.reserved_bytes[NRN_POOL_ALL].current);
+    free(blk);
+    CHECK_OK(nrn_mem_free(a));
+    CHECK_OK(nrn_mem_free(b));
+    CHECK_ST(nrn_mem_snapshot(99, NULL, 0, &n), NRN_INVALID_HANDLE);
+}
+
 static void test_segments(void)
 {
     void *a, *b;
@@ -1023,6 +1064,7 @@ int main(void)
     test_fault_injection();
     test_huge_pages();
     test_segments();
+    test_snapshot();
     test_pinned_host();
     test_streams();
     test_events();

@@ -18,6 +18,7 @@ from .memory import (  # noqa: F401
     memory_allocated,
     memory_reserved,
     memory_stats,
+    memory_summary,
     reset_accumulated_memory_stats,
     reset_max_memory_allocated,
     reset_peak_memory_stats,
@@ -263,6 +264,6 @@ __all__ = [
     "default_stream", "set_stream", "stream", "manual_seed", "manual_seed_all", "seed", "seed_all",
     "initial_seed", "get_rng_state", "get_rng_state_all", "set_rng_state", "set_rng_state_all",
     "default_generators", "empty_cache", "memory_allocated", "max_memory_allocated", "memory_reserved",
-    "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+    "max_memory_reserved", "memory_summary", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
     "reset_max_memory_allocated", "memory_stats", "mem_get_info", "set_per_process_memory_fraction",
 ]
