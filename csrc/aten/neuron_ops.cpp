@@ -1,6 +1,7 @@
 // Operator registrations for the neuron device: tensor life, copies, random ops, the zero-copy CPU
 // fallback for every other operator, and autocast.
 #include "aten/neuron_aten.h"
+#include "runtime/neuron_stats.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/EmptyTensor.h>
@@ -47,6 +48,18 @@ OpCount& count_slot(const std::string& op) {
 }
 
 void count_native_slot(OpCount& slot) { slot.native.fetch_add(1, std::memory_order_relaxed); }
+
+namespace {
+// Native calls of the process so far, for the statistics segment's refresher thread (neuron-top): summed
+// there every interval rather than counted per core on the hot path, which stays one relaxed add.
+uint64_t native_calls_total() {
+  std::lock_guard<std::mutex> lock(g_count_mu);
+  uint64_t total = 0;
+  for (auto& kv : counts()) total += static_cast<uint64_t>(kv.second->native.load(std::memory_order_relaxed));
+  return total;
+}
+const bool g_stats_source_registered = (nrn_stats_set_native_source(&native_calls_total), true);
+}  // namespace
 
 namespace {
 // The counter of a fallback operator, cached per thread so the hot path takes no lock.

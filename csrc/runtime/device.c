@@ -1,4 +1,5 @@
 /* device.c - runtime initialisation from the environment, device properties, the current device. */
+#include "neuron_stats.h"
 #include "runtime_internal.h"
 
 #include <ctype.h>
@@ -337,6 +338,7 @@ nrn_status nrn_init(void)
             if (!atfork_registered && pthread_atfork(NULL, NULL, nrn_after_fork_in_child) == 0)
                 atfork_registered = true;
             atomic_store_explicit(&g_state, NRN_RT_READY, memory_order_release);
+            (void)nrn_stats_start(); /* neuron-ls / neuron-top; NEURON_RT_STATS=0 turns it off */
         } else {
             g_init_status = st;
             snprintf(g_init_msg, sizeof g_init_msg, "%s", nrn_last_error());
@@ -361,6 +363,16 @@ nrn_status nrn_close(void)
     atomic_store_explicit(&g_state, NRN_RT_UNINIT, memory_order_release);
     pthread_mutex_unlock(&g_init_lock);
     return NRN_SUCCESS;
+}
+
+void nrn_runtime_lock_devices(void)
+{
+    pthread_mutex_lock(&g_init_lock);
+}
+
+void nrn_runtime_unlock_devices(void)
+{
+    pthread_mutex_unlock(&g_init_lock);
 }
 
 bool nrn_is_initialized(void)

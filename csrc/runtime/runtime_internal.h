@@ -58,6 +58,9 @@ uint64_t nrn_runtime_generation(void);
 bool nrn_runtime_forked_child(void);
 int nrn_runtime_device_count(void);
 nrn_device *nrn_runtime_device(int dev); /* dev must be valid */
+/* Holds the init lock: the device array stays as it is (stats_shm.c samples it from its thread). */
+void nrn_runtime_lock_devices(void);
+void nrn_runtime_unlock_devices(void);
 
 /* ---- memory.c ---- */
 nrn_status nrn_allocator_create(int dev, uint64_t capacity, nrn_allocator **out);
