@@ -276,3 +276,14 @@ def test_hub_layer_through_nki_op_under_torch_compile(monkeypatch):
         out = torch.compile(model, backend="neuron", fullgraph=True)(x)
     assert "relu_kernel" in calls  # the Hub kernel ran inside the compiled graph (and once for the fake trace at most)
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+
+
+def test_opcheck():
+    """torch.library.opcheck: schema, fake tensors, autograd registration, AOT dispatch (static and dynamic)."""
+    a, b = torch.randn(64, 48, device=DEV), torch.randn(64, 48, device=DEV)
+    cases = [(scale_op, (torch.randn(130, 40, device=DEV), 0.5)), (add_into_op, (torch.zeros(64, 48, device=DEV), a, b)),
+             (stats_op, (a,)), (softplus_scaled, (a, 2.0)),
+             # torch's autograd_registration_check handles only CPU/CUDA/XPU devices: relu on CPU tensors
+             (relu_op, (torch.randn(32, 16, requires_grad=True),))]
+    for op, args in cases:
+        torch.library.opcheck(op, args)
