@@ -214,3 +214,31 @@ def test_vit_layer_layernorm_mlp_residual_fused_equals_eager(tagged_vit_layer, k
         out = model(pixel_values=pixels).logits
     assert kernel_calls == ["vit_ln_mlp_kernel"] * 2
     torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+
+
+def test_vit_attention_and_layer_kernels_together_equal_eager(tagged_vit_layer, kernel_calls):
+    """ViTAttention (fused attention) and ViTLayer (LayerNorm + MLP + residual) layers together: every encoder
+    op but the q/k/v/o projections and layernorm_before runs in NKI kernels."""
+    from transformers.models.vit.modeling_vit import ViTAttention
+
+    kernels.replace_kernel_forward_from_hub(ViTAttention, "ViTAttention")
+    try:
+        model = _tiny_vit(image_size=48).to(DEV)  # 37 tokens
+        pixels = torch.randn(2, 3, 48, 48, device=DEV)
+        with torch.no_grad():
+            ref = model(pixel_values=pixels).logits
+        repo = {"neuron": kernels.LocalLayerRepository(repo_path=VIT_MLP, layer_name="ViTLayer")}
+        mapping = {"ViTLayer": repo,
+                   "ViTAttention": {"neuron": kernels.LocalLayerRepository(repo_path=VIT_MLP,
+                                                                           layer_name="ViTAttention")}}
+        with kernels.use_kernel_mapping(mapping):
+            model = kernels.kernelize(model, device="neuron", mode=kernels.Mode.INFERENCE)
+        kernel_calls.clear()
+        with torch.no_grad():
+            out = model(pixel_values=pixels).logits
+        assert sorted(kernel_calls) == ["vit_attention_kernel"] * 2 + ["vit_ln_mlp_kernel"] * 2
+        torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-5, atol=1e-5)
+    finally:
+        for attr in ("kernel_layer_name", "kernel_condition"):
+            if attr in ViTAttention.__dict__:
+                delattr(ViTAttention, attr)

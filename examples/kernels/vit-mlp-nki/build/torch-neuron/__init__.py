@@ -21,7 +21,8 @@ import nki
 import nki.isa as nisa
 import nki.language as nl
 
-__all__ = ["vit_mlp", "vit_mlp_kernel", "vit_ln_mlp", "vit_ln_mlp_kernel", "layers"]
+__all__ = ["vit_mlp", "vit_mlp_kernel", "vit_ln_mlp", "vit_ln_mlp_kernel", "vit_attention",
+           "vit_attention_kernel", "layers"]
 
 
 @nki.jit(platform_target="trn2")
@@ -160,6 +161,61 @@ def vit_ln_mlp(hidden_states, layernorm, fc1, fc2):
                             fc1.weight.t(), fc1.bias.reshape(-1, 1), fc2.weight.t(), fc2.bias.reshape(-1, 1),
                             float(layernorm.eps))
     return out.reshape(shape)
+
+
+@nki.jit(platform_target="trn2")
+def vit_attention_kernel(qT, kT, v, scale):
+    """Non-causal softmax attention per (batch, head): out[b, s, h, :] = softmax(q k^T * scale) v.
+
+    qT, kT [B, H, d, S] and v [B, H, S, d] (strided views of the projections: nothing is copied); S <= 512 keys
+    (one moving tile), d <= 128. Scores for 128 queries at a time land in PSUM, the softmax runs along the free
+    axis in fp32, and P @ V contracts over the keys in 128-key chunks: each chunk of P is transposed on the
+    Tensor Engine to be the stationary operand, and the chunks accumulate in one PSUM tile.
+    """
+    B, H, d, S = qT.shape
+    P = nl.tile_size.pmax
+    out = nl.ndarray((B, S, H, d), dtype=v.dtype, buffer=nl.shared_hbm)
+    nk = (S + P - 1) // P
+    for b in nl.affine_range(B):
+        for h in nl.affine_range(H):
+            kt = nl.ndarray((P, S), dtype=kT.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=kt[:d], src=kT[b, h])
+            vs = nl.ndarray((nk, nl.par_dim(P), d), dtype=v.dtype, buffer=nl.sbuf)
+            for c in nl.affine_range(nk):
+                cs = min(P, S - c * P)
+                nisa.dma_copy(dst=vs[c, :cs], src=v[b, h, c * P:c * P + cs, :])
+            for q in nl.affine_range(nk):
+                qs = min(P, S - q * P)
+                qt = nl.ndarray((P, P), dtype=qT.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=qt[:d, :qs], src=qT[b, h, :, q * P:q * P + qs])
+                sc = nl.ndarray((P, S), dtype=nl.float32, buffer=nl.psum)
+                nisa.nc_matmul(dst=sc[:qs], stationary=qt[:d, :qs], moving=kt[:d])
+                s_ = nl.multiply(sc[:qs], scale)
+                mx = nl.max(s_, axis=1, keepdims=True)
+                e = nl.exp(nl.subtract(s_, mx))
+                p = nl.multiply(e, nl.reciprocal(nl.sum(e, axis=1, keepdims=True)))
+                acc = nl.ndarray((P, d), dtype=nl.float32, buffer=nl.psum)
+                for c in nl.sequential_range(nk):
+                    cs = min(P, S - c * P)
+                    tp = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.psum)
+                    nisa.nc_transpose(dst=tp[:cs, :qs], data=p[:, c * P:c * P + cs])
+                    pt = nl.ndarray((P, P), dtype=v.dtype, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=pt[:cs, :qs], src=tp[:cs, :qs])
+                    nisa.nc_matmul(dst=acc[:qs], stationary=pt[:cs, :qs], moving=vs[c, :cs])
+                o = nl.ndarray((P, d), dtype=out.dtype, buffer=nl.sbuf)
+                nisa.tensor_copy(dst=o[:qs], src=acc[:qs])
+                nisa.dma_copy(dst=out[b, q * P:q * P + qs, h, :], src=o[:qs])
+    return out
+
+
+def vit_attention(q, k, v, num_heads, scale):
+    """softmax(q k^T * scale) v for projections q, k, v [B, S, H * d]; returns [B, S, H * d]."""
+    B, S, HD = q.shape
+    d = HD // num_heads
+    qT = q.view(B, S, num_heads, d).permute(0, 2, 3, 1)
+    kT = k.view(B, S, num_heads, d).permute(0, 2, 3, 1)
+    vv = v.view(B, S, num_heads, d).permute(0, 2, 1, 3)
+    return vit_attention_kernel(qT, kT, vv, float(scale)).reshape(B, S, HD)
 
 
 from . import layers  # noqa: E402
