@@ -40,6 +40,9 @@ def load() -> None:
         from . import _safetensors_compat
 
         _safetensors_compat.install()
+        from . import _transformers_compat
+
+        _transformers_compat.install()
         _loaded = True
 
 

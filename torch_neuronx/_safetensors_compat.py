@@ -7,19 +7,16 @@ pull requests there). Accelerate's ``load_state`` with several processes loads t
 failed. For a neuron device the file is read on CPU and each tensor copied to the device once, which is what the
 Rust core does for the devices it knows. Any other device goes to safetensors unchanged.
 
-``install()`` patches ``safetensors.torch`` now if it is loaded, else right after it loads (a one-shot import hook,
-as for Dynamo's device interface). A script whose first import is ``safetensors.torch`` (which imports torch, and
-so torch_neuronx, before it defines ``load_file``) keeps the original; Transformers and Accelerate import torch first.
+``install()`` patches ``safetensors.torch`` now if it is loaded, else once it loads (``_post_import``).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import sys
 
 import torch
+
+from . import _post_import
 
 _MODULE = "safetensors.torch"
 
@@ -48,39 +45,5 @@ def _patch(module) -> None:
     module.load_file = neuron_load_file
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader):
-        self._inner = inner
-
-    def create_module(self, spec):
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._inner.exec_module(module)
-        _patch(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Wraps the loader of safetensors.torch once, then steps aside."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != _MODULE:
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None or spec.loader is None:
-            return spec
-        spec.loader = _Loader(spec.loader)
-        return spec
-
-
 def install() -> None:
-    module = sys.modules.get(_MODULE)
-    if module is not None:
-        _patch(module)  # no-op while it is still executing (it imports torch first): then load_file is not there yet
-        return
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    _post_import.when_loaded(_MODULE, "load_file", _patch)

@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Union
 
 import torch
 
-from .. import _C
+from .. import _C, _post_import
 from .memory import (  # noqa: F401
     empty_cache,
     max_memory_allocated,
@@ -140,6 +140,8 @@ def _bind_to_launcher_rank() -> None:
 
 
 def is_available() -> bool:
+    if _post_import._pending:  # libraries that probe the device patch late if caught mid-import (_post_import)
+        _post_import.flush()
     return not _in_bad_fork and _C._device_count() > 0
 
 
