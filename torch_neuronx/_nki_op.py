@@ -58,8 +58,12 @@ class _OpError(RuntimeError):
 
 
 def _nki():
-    import nki  # noqa: F401  (top-level package shipped with the project)
-
+    try:
+        import nki  # the top-level package shipped with the project (nki/ next to torch_neuronx/)
+    except ImportError as e:
+        raise ImportError("torch_neuronx.nki_op needs the project's `nki` package (the nki/ folder at the "
+                          "repository root): reinstall the project (pip install -e .) or put the repository root "
+                          "on PYTHONPATH") from e
     return nki
 
 
