@@ -227,7 +227,9 @@ def test_torchrun_compiled_tp2_fsdp2(data, cpu_ref, tmp_path):
 
 
 def test_mesh_not_matching_world_size_fails_on_every_rank(data, tmp_path):
-    """TP_SIZE x FSDP_SIZE != WORLD_SIZE: every rank raises, naming both counts, well within the group timeout."""
+    """TP_SIZE x FSDP_SIZE != WORLD_SIZE: every rank raises, naming both counts, well within the group timeout, and
+    nothing of ours is left in /dev/shm."""
+    before = set(os.listdir("/dev/shm"))
     proc = run_sft(tmp_path, data, tmp_path / "out", nproc=2, env={"TP_SIZE": "2", "FSDP_SIZE": "2"}, timeout=200,
                    check=False)
     assert proc.returncode != 0
@@ -235,3 +237,5 @@ def test_mesh_not_matching_world_size_fails_on_every_rank(data, tmp_path):
     for rank in (0, 1):
         assert f"[rank{rank}]: RuntimeError: The parallel mesh requires 4 processes, but world_size is 2" in proc.stdout, \
             proc.stdout[-4000:]
+    leaked = {e for e in set(os.listdir("/dev/shm")) - before if "neuron" in e or "ncl" in e}
+    assert not leaked, leaked
