@@ -75,6 +75,19 @@ def save_model(self, output_dir=None, _internal_call=False):
     return _save_model(self, output_dir, _internal_call)
 
 trl.SFTTrainer.save_model = save_model
+
+# SFT_DIE_RANK / SFT_DIE_STEP: that rank exits without a word in the middle of that optimizer step's micro-batches.
+if os.environ.get("SFT_DIE_RANK") == os.environ.get("RANK", "0"):
+    _training_step = trl.SFTTrainer.training_step
+    _calls = [0]
+
+    def training_step(self, *args, **kwargs):
+        _calls[0] += 1
+        if self.state.global_step + 1 == int(os.environ["SFT_DIE_STEP"]) and _calls[0] % 2 == 0:
+            os._exit(3)
+        return _training_step(self, *args, **kwargs)
+
+    trl.SFTTrainer.training_step = training_step
 script = sys.argv.pop(1)
 sys.argv[0] = script
 runpy.run_path(script, run_name="__main__")
@@ -238,4 +251,21 @@ def test_mesh_not_matching_world_size_fails_on_every_rank(data, tmp_path):
         assert f"[rank{rank}]: RuntimeError: The parallel mesh requires 4 processes, but world_size is 2" in proc.stdout, \
             proc.stdout[-4000:]
     leaked = {e for e in set(os.listdir("/dev/shm")) - before if "neuron" in e or "ncl" in e}
+    assert not leaked, leaked
+
+
+def test_rank_dying_mid_step_stops_every_rank(data, tmp_path):
+    """Rank 1 of TP 2 x FSDP 2 exits in the middle of step 2: the job ends well within the group timeout (torchrun
+    stops the other ranks), no shared memory segment is left in /dev/shm."""
+    before = set(os.listdir("/dev/shm"))
+    proc = run_sft(tmp_path, data, tmp_path / "out", nproc=4, check=False, timeout=300,
+                   env={"TP_SIZE": "2", "FSDP_SIZE": "2", "SFT_DIE_RANK": "1", "SFT_DIE_STEP": "2"})
+    print(f"rank died mid-step: job ended in {proc.seconds:.0f} s")
+    assert proc.returncode != 0
+    assert "exitcode  : 3" in proc.stdout, proc.stdout[-4000:]
+    assert proc.seconds < 150
+    # A killed process cannot remove its statistics file (neuron-stats-<pid>): by design the next reader
+    # (neuron-ls / neuron-top) removes those of dead processes. Memory segments and workspaces must be gone.
+    leaked = {e for e in set(os.listdir("/dev/shm")) - before
+              if ("neuron" in e or "ncl" in e) and not e.startswith("neuron-stats-")}
     assert not leaked, leaked
