@@ -16,16 +16,29 @@ def _autoload() -> None:
     load()
 
 
-# Defined before `import torch`: when this package is imported first, torch's autoload calls back into it.
-import torch  # noqa: E402
+def _cli_mode() -> bool:
+    """`python -m torch_neuronx`, `neuron-ls`, `neuron-top`: they report a broken set-up (extension not
+    built, torch mismatch, bad NEURON_RT_*), so importing the package must not load the extension first."""
+    import os
+    import sys
 
-from ._backend import load as _load  # noqa: E402
+    orig = list(getattr(sys, "orig_argv", []))
+    if "-m" in orig and orig.index("-m") + 1 < len(orig):
+        return orig[orig.index("-m") + 1] in ("torch_neuronx", "torch_neuronx.cli", "torch_neuronx.__main__")
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) in ("neuron-ls", "neuron-top")
 
-_load()
-
-from ._ops import fallback_ops, op_counts, reset_op_counts  # noqa: E402
 
 __all__ = ["op_counts", "reset_op_counts", "fallback_ops", "__version__"]
+
+if not _cli_mode():
+    # Defined before `import torch`: when this package is imported first, torch's autoload calls back into it.
+    import torch  # noqa: E402
+
+    from ._backend import load as _load  # noqa: E402
+
+    _load()
+
+    from ._ops import fallback_ops, op_counts, reset_op_counts  # noqa: E402
 
 
 def __getattr__(name):
