@@ -123,3 +123,48 @@ def test_isolation_records_crash_and_continues(kind, monkeypatch):
     # The sweep went on: the rest of the unit in a new worker, then the next unit.
     assert [g for g in got[2:] if g[2] != "pass"] == []
     assert {g[0] for g in got[2:]} == {"add", "mul"}
+
+
+# ---- every form: the samples above in other layouts and through out= ----------------------------------
+
+# Per native kernel family (one csrc/aten/neuron_ops_<family>.cpp each), ops whose samples reach its kernels.
+FORM_OPS = {
+    "pointwise": ["add", "mul", "div.no_rounding_mode", "nn.functional.gelu", "nn.functional.silu", "where", "clamp",
+                  "pow", "exp"],
+    "reduce": ["sum", "mean", "amax", "argmax", "softmax", "log_softmax", "nn.functional.layer_norm",
+               "nn.functional.rms_norm", "nn.functional.nll_loss", "var", "cumsum", "logsumexp"],
+    "linalg": ["mm", "bmm", "addmm", "matmul", "nn.functional.linear"],
+    "index": ["index_select", "gather", "scatter", "scatter_add", "index_add", "index_copy", "cat",
+              "nn.functional.embedding"],
+    "select": ["sort", "topk", "nonzero", "masked_fill"],
+    "attention": ["nn.functional.scaled_dot_product_attention"],
+    "conv": ["nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.conv_transpose2d"],
+    "histc": ["histc"],
+}
+FORM_SAMPLES = 3
+
+
+@pytest.mark.parametrize("form", [f for f in sweep.FORMS if f != "as_built"] + ["out"])
+@pytest.mark.parametrize("family", list(FORM_OPS))
+def test_opinfo_forms_match_cpu(family, form, ops, monkeypatch):
+    """Each sample in `form` (noncontiguous, channels-last, stride-0 expanded input; `out`: the out= variant
+    of the sample as built) gives on neuron what it gives on CPU."""
+    monkeypatch.setenv(sweep.FORMS_ENV, "as_built" if form == "out" else form)
+    want = "out" if form == "out" else f"@{form}"
+    cases, ran, bad = 0, 0, []
+    # channels-last needs 4-D/5-D samples, which most ops build only after their first few.
+    samples = 12 if form == "channels_last" else FORM_SAMPLES
+    for name in FORM_OPS[family]:
+        op = ops[name]
+        for d in sweep.op_dtypes(op, ["float32", "bfloat16", "int64"]):
+            for r in sweep.run_unit(op, d, max_samples=samples):
+                if want not in r["variant"]:
+                    continue
+                cases += 1
+                ran += r["status"] == "pass"
+                if r["status"] in FAILING:
+                    bad.append(f"{name} {d} sample {r['sample']} ({r['variant']}): {r['status']}: {r['msg']}")
+    assert not bad, f"{family}/{form}: {len(bad)} samples differ from CPU:\n" + "\n".join(bad[:10])
+    if cases == 0:  # e.g. no out= variant (attention, conv), no 4-D sample, only 1-element inputs
+        pytest.skip(f"no sample of {family} has a {form} form")
+    assert ran > 0, f"{family}/{form}: none of {cases} samples compared"

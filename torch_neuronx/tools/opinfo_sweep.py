@@ -444,11 +444,91 @@ def _ties_chosen_differently(op_name, actual, expected):
     return not torch.equal(actual[1].cpu(), expected[1])
 
 
+# ---- forms: each sample also runs in other layouts, and through its out= variant -------------------
+
+FORMS = ("as_built", "noncontiguous", "channels_last", "expanded")
+FORMS_ENV = "TORCH_NEURONX_SWEEP_FORMS"
+
+
+def selected_forms():
+    """The forms to run ($TORCH_NEURONX_SWEEP_FORMS: "all" or a comma list; default as_built only)."""
+    v = os.environ.get(FORMS_ENV, "as_built").strip()
+    if v == "all":
+        return FORMS
+    forms = tuple(f for f in v.split(",") if f)
+    bad = [f for f in forms if f not in FORMS]
+    if bad:
+        raise SystemExit(f"unknown forms {bad}; choose from {','.join(FORMS)} or all")
+    return forms
+
+
+def _relayout(f):
+    """A SampleInput.transform function applying f to tensors, keeping them leaves with their requires_grad."""
+    def apply(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        r = f(t.detach())
+        if r is None:
+            return t
+        return r.requires_grad_(t.requires_grad) if r.is_floating_point() or r.is_complex() else r
+    return apply
+
+
+def _channels_last(t):
+    if t.dim() == 4:
+        return t.clone(memory_format=torch.channels_last)
+    if t.dim() == 5:
+        return t.clone(memory_format=torch.channels_last_3d)
+    return None
+
+
+def form_of(sample, form):
+    """`sample` in `form`, or None when the form changes nothing for it (no tensor it applies to)."""
+    if sample is None or form == "as_built":
+        return sample
+    leaves = tensor_leaves([sample.input, list(sample.args), sample.kwargs])
+    if form == "noncontiguous":
+        if not any(t.numel() > 1 for t in leaves):
+            return None
+        return sample.noncontiguous()
+    if form == "channels_last":
+        if not any(t.dim() in (4, 5) and t.numel() > 1 for t in leaves):
+            return None
+        return sample.transform(_relayout(_channels_last))
+    if form == "expanded":
+        # The input's first row broadcast over dim 0 (stride 0): both devices get the same values.
+        x = sample.input
+        if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] < 2:
+            return None
+        s = sample.transform(lambda t: t)
+        base = x.detach()[:1].clone().requires_grad_(x.requires_grad)
+        s.input = base.expand(x.shape) if not x.requires_grad else base.detach().expand(x.shape).requires_grad_()
+        return s
+    raise ValueError(form)
+
+
+def _out_variant(op):
+    """op called with out= tensors (zeros of the functional result's shapes and dtypes); returns them."""
+    def call(*args, **kwargs):
+        r = op.op(*args, **kwargs)
+        if isinstance(r, torch.Tensor):
+            out = torch.zeros_like(r, memory_format=torch.contiguous_format)
+        elif isinstance(r, (tuple, list)) and r and all(isinstance(x, torch.Tensor) for x in r):
+            out = tuple(torch.zeros_like(x, memory_format=torch.contiguous_format) for x in r)
+        else:
+            raise TypeError(f"{op.name}: no tensor output to pass as out=")
+        op.op(*args, **kwargs, out=out)
+        return out
+    return call
+
+
 def run_case(op, dtype, sample, variant, seed, tol, counts_out, template=None):
-    """Runs one sample on CPU and neuron; returns (status, message). `template`: the sample made for meta."""
+    """Runs one sample on CPU and neuron; returns (status, message). `template`: the sample made for meta.
+    `variant` is fn, inplace or out, followed by @form for a sample in another form than built."""
     atol, rtol = tol
-    fn = op.op if variant == "fn" else op.inplace_variant
-    grad = variant == "fn"
+    kind = variant.split("@")[0]
+    fn = {"fn": op.op, "inplace": op.inplace_variant, "out": _out_variant(op)}[kind]
+    grad = kind == "fn"
     cpu_args = (sample.input, tuple(sample.args), dict(sample.kwargs))
     if not grad:
         cpu_args = Mover("cpu", grad=False)(cpu_args)
@@ -573,11 +653,22 @@ def cases_of(op, dtype_name, max_samples=None):
     np.random.seed(seed)
     templates = _meta_templates(op, dtype, req, len(samples))
     cases = []
-    for i, s in enumerate(samples):
-        t = templates[i] if templates else None
-        cases.append((i, "fn", s, t))
-        if op.inplace_variant is not None and not s.broadcasts_input:
-            cases.append((i, "inplace", s, t))
+    for i, s0 in enumerate(samples):
+        t0 = templates[i] if templates else None
+        for form in selected_forms():
+            try:
+                s = form_of(s0, form)
+                t = form_of(t0, form) if s is not None else None
+            except Exception:  # noqa: BLE001  (a sample the form cannot be applied to)
+                continue
+            if s is None:
+                continue
+            suffix = "" if form == "as_built" else "@" + form
+            cases.append((i, "fn" + suffix, s, t))
+            if op.inplace_variant is not None and not s.broadcasts_input and form != "expanded":
+                cases.append((i, "inplace" + suffix, s, t))
+            if op.supports_out and form == "as_built" and "out" not in s.kwargs:
+                cases.append((i, "out", s, t))
     return cases
 
 
@@ -965,8 +1056,13 @@ def main(argv=None):
                    "with --out), run nothing")
     p.add_argument("--in-process", action="store_true", help="no worker processes (a crash ends the sweep)")
     p.add_argument("--verbose", "-v", action="store_true", help="print every non-passing sample")
+    p.add_argument("--forms", default=None, help="comma-separated from " + ",".join(FORMS) + ", or all "
+                   "(default: as_built); the out= variant runs with as_built")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.forms:
+        os.environ[FORMS_ENV] = a.forms  # workers inherit it
+        selected_forms()
     a.out_given = any(x == "--out" or x.startswith("--out=") for x in (argv if argv is not None else sys.argv[1:]))
     if a.worker:
         return worker_main()
