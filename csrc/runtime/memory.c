@@ -718,6 +718,27 @@ static void nrn_block_take(nrn_allocator *a, nrn_block *b, size_t rounded, size_
     nrn_hash_insert(a, b);
 }
 
+/*
+ * NEURON_RT_FAULT_ALLOC_EVERY=N makes every N-th allocation of the process fail as out of memory, so tests
+ * can drive every error path above the runtime (clean exceptions, statistics, the next step). Off unless
+ * set; read on the first allocation.
+ */
+static long nrn_fault_alloc_every(void)
+{
+    static _Atomic long every = -1;
+    long v = atomic_load_explicit(&every, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("NEURON_RT_FAULT_ALLOC_EVERY");
+        v = e != NULL ? strtol(e, NULL, 10) : 0;
+        if (v < 0)
+            v = 0;
+        atomic_store(&every, v);
+    }
+    return v;
+}
+
+static _Atomic unsigned long g_alloc_calls;
+
 nrn_status nrn_mem_alloc(int dev, size_t size, void **ptr)
 {
     nrn_allocator *a = NULL;
@@ -738,6 +759,16 @@ nrn_status nrn_mem_alloc(int dev, size_t size, void **ptr)
     if (size == 0)
         return NRN_SUCCESS;
     pthread_mutex_lock(&a->lock);
+    long every = nrn_fault_alloc_every();
+    if (every > 0) {
+        unsigned long k = atomic_fetch_add(&g_alloc_calls, 1) + 1;
+        if (k % (unsigned long)every == 0) {
+            a->stats.num_ooms++;
+            st = nrn_error_set(NRN_RESOURCE, "out of device memory on neuron:%d: allocation %lu (%zu bytes) failed "
+                               "by fault injection (NEURON_RT_FAULT_ALLOC_EVERY=%ld)", dev, k, size, every);
+            goto out;
+        }
+    }
     if (size > SIZE_MAX / 2) {
         /* No segment can be this big; report it like any OOM rather than overflow the rounding. */
         st = nrn_oom(a, size, size, 0);
