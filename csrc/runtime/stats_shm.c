@@ -33,10 +33,19 @@ static uint64_t g_prev_ops[NRN_STATS_MAX_CORES], g_prev_fallback[NRN_STATS_MAX_C
 static double g_native_attr[NRN_STATS_MAX_CORES];
 static uint64_t g_prev_cpu_ns, g_prev_native;
 
+/* A directory of its own in /dev/shm by default (memory-backed, shared by every user: mode 1777), so that
+ * the file a killed process leaves behind (until a reader or the next process removes it) is not one more
+ * entry of /dev/shm itself, whose leftovers tests and users check. */
+#define NRN_STATS_DEFAULT_DIR "/dev/shm/neuron-stats"
+
 static const char *nrn_stats_dir(void)
 {
     const char *d = getenv("NEURON_RT_STATS_DIR");
-    return (d != NULL && d[0] != '\0') ? d : "/dev/shm";
+    if (d != NULL && d[0] != '\0')
+        return d;
+    if (mkdir(NRN_STATS_DEFAULT_DIR, 01777) == 0)
+        (void)chmod(NRN_STATS_DEFAULT_DIR, 01777); /* mkdir's mode is cut by the umask */
+    return NRN_STATS_DEFAULT_DIR;
 }
 
 static uint64_t nrn_clock_ns(clockid_t c)

@@ -20,7 +20,7 @@ _CORE_FIELDS = ("logical_index", "physical_index", "chip", "physical_cores", "ca
 
 
 def stats_dir() -> str:
-    return os.environ.get("NEURON_RT_STATS_DIR") or "/dev/shm"
+    return os.environ.get("NEURON_RT_STATS_DIR") or "/dev/shm/neuron-stats"
 
 
 def _start_ticks(pid: int) -> int:
