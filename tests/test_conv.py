@@ -7,6 +7,13 @@ import torch.nn.functional as F
 
 import torch_neuronx
 
+@pytest.fixture(autouse=True)
+def _native_conv_kernel(monkeypatch):
+    """The im2col kernel for every convolution it can take: without this, convolutions where PyTorch's CPU
+    kernel (oneDNN) is faster run that kernel on device memory, and the native kernel would go untested."""
+    monkeypatch.setenv("TORCH_NEURONX_CONV_NATIVE", "1")
+
+
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
        torch.float16: dict(rtol=2e-3, atol=2e-3)}
 
@@ -136,3 +143,18 @@ def test_conv2d_weight_grad_rounds_like_cpu(dtype):
         grads.append(wd.grad.cpu().float())
     ulp = torch.finfo(dtype).eps * grads[0].abs().clamp_min(1.0)
     assert ((grads[1] - grads[0]).abs() <= ulp).all(), (grads[1] - grads[0]).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_default_picks_the_faster_kernel_and_equals_cpu(dtype, monkeypatch):
+    """By default a 3x3 convolution with few output channels runs PyTorch's CPU kernel on device memory
+    (no copies), a 1x1 convolution the native kernel; both equal CPU exactly as CPU computes them."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    x, w = torch.randn(1, 8, 12, 12).to(dtype), (torch.randn(4, 8, 3, 3) * 0.2).to(dtype)
+    before = native("aten::convolution_overrideable")
+    y = F.conv2d(x.to("neuron"), w.to("neuron"), padding=1)
+    assert native("aten::convolution_overrideable") == before
+    torch.testing.assert_close(y.cpu(), F.conv2d(x, w, padding=1), rtol=0, atol=0)
+    w1 = (torch.randn(4, 8, 1, 1) * 0.2).to(dtype)
+    F.conv2d(x.to("neuron"), w1.to("neuron"))
+    assert native("aten::convolution_overrideable") == before + 1

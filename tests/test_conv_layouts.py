@@ -13,6 +13,13 @@ from hypothesis import strategies as st
 
 import torch_neuronx  # noqa: F401
 
+@pytest.fixture(autouse=True)
+def _native_conv_kernel(monkeypatch):
+    """The im2col kernel for every convolution it can take: without this, convolutions where PyTorch's CPU
+    kernel (oneDNN) is faster run that kernel on device memory, and the native kernel would go untested."""
+    monkeypatch.setenv("TORCH_NEURONX_CONV_NATIVE", "1")
+
+
 TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
 LAYOUTS = ("contiguous", "channels_last", "permuted", "sliced", "expanded")
 

@@ -8,6 +8,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <cstdlib>
+
 namespace torch_neuronx {
 namespace {
 
@@ -26,11 +28,27 @@ bool cpu_conv_on_onednn(at::ScalarType st) {
   return st == at::kBFloat16 ? bf16 : (st == at::kHalf ? fp16 : false);
 }
 
+struct Geometry;
+bool im2col_pays(const Geometry& g, at::ScalarType st);
+
 struct Geometry {
   int64_t N, C, H, W, OC, Cg, OCg, kh, kw, OH, OW, groups;
   int64_t k[2], s[2], p[2], d[2];
   bool pointwise;  // 1x1, stride 1, no padding: the image is already the column matrix
 };
+
+// Whether the im2col + GEMM kernel should take a convolution that is not pointwise. im2col writes Cg*kh*kw
+// values per output pixel and the GEMM spends 2*OCg flops on each, so with few output channels per group
+// the copy costs more than the product, and PyTorch's CPU convolution (oneDNN's direct kernels, run on the
+// same device memory) is faster. Measured on a 2-core Xeon (AMX), 3x3, ms neuron/CPU: fp32 64->64 at 64x64
+// 10.6/6.6, 128->3 at 128x128 56/9.8, 128->128 24/17, 256->256 at 32x32 18.6/27.9, 320->320 47/48; bf16,
+// where CPU's oneDNN uses AMX/AVX512-BF16, slower in every 3x3 case (0.05-0.86x) while 1x1 ran 7x faster.
+// TORCH_NEURONX_CONV_NATIVE=1 takes the kernel for every convolution it can do (tests), =0 for none (read
+// per call: a convolution costs milliseconds).
+bool im2col_pays(const Geometry& g, at::ScalarType st) {
+  if (cpu_conv_on_onednn(st)) return false;
+  return g.OCg >= 256;
+}
 
 bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
@@ -57,7 +75,9 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
   if (eh < 0 || ew < 0 || g->kh == 0 || g->kw == 0) return false;  // an empty kernel or too-small input: CPU's error
   g->OH = eh / g->s[0] + 1, g->OW = ew / g->s[1] + 1;
   g->pointwise = g->kh == 1 && g->kw == 1 && g->s[0] == 1 && g->s[1] == 1 && g->p[0] == 0 && g->p[1] == 0;
-  return true;
+  const char* force = std::getenv("TORCH_NEURONX_CONV_NATIVE");
+  if (force != nullptr && force[0] != '\0') return force[0] != '0';
+  return g->pointwise || im2col_pays(*g, st);
 }
 
 nk_tensor nk_of(const at::Tensor& t, const char* op) {
