@@ -21,10 +21,10 @@ def _noop():
     pass
 
 
-def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None):
+def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None, spread=False):
     """Seconds per call of fn_neuron and of fn_cpu: the median over `rounds` alternating rounds, each the
     mean of enough calls to fill budget_s over all rounds of both (after its warm-up). sync
-    (torch.neuron.synchronize) is called after every neuron call."""
+    (torch.neuron.synchronize) is called after every neuron call. spread=True: (median, min, max) each."""
     fns = (fn_neuron, fn_cpu)
     syncs = (sync or _noop, _noop)
     reps = []
@@ -50,4 +50,6 @@ def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None):
                 fn()
                 sy()
             samples[i].append((time.perf_counter() - t0) / reps[i])
+    if spread:
+        return tuple((statistics.median(x), min(x), max(x)) for x in samples)
     return statistics.median(samples[0]), statistics.median(samples[1])
