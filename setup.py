@@ -1,7 +1,8 @@
 """Builds torch_neuronx._C with CMake (C runtime + kernels + the C++ binding) against the installed torch.
 
-Use ``pip install --no-build-isolation -e .``: the extension must be built against the exact torch that
-is installed in the environment, not one from an isolated build environment.
+Use ``pip install --no-build-isolation [-e] .`` or ``pip wheel --no-build-isolation .``: the extension
+must be built against the exact torch that is installed in the environment, not one from an isolated
+build environment.
 """
 
 import os
@@ -13,15 +14,25 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-BUILD_DIR = os.path.join(ROOT, "build", "cmake")
+# NEURON_CMAKE_BUILD_DIR: another build tree, e.g. for a Python other than the checkout's .venv (a CMake
+# tree is tied to one interpreter; switching re-configures and rebuilds everything).
+BUILD_DIR = os.environ.get("NEURON_CMAKE_BUILD_DIR") or os.path.join(ROOT, "build", "cmake")
+
+
+def _cmake() -> str:
+    """cmake on PATH, else the one installed next to this Python (the `cmake` package of a venv that is
+    not activated: `.venv/bin/pip install .`)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "cmake")
+    return shutil.which("cmake") or (beside if os.path.exists(beside) else "cmake")
 
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext: Extension) -> None:
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", "2")
-        subprocess.check_call(["cmake", "-S", ROOT, "-B", BUILD_DIR, f"-DPython3_EXECUTABLE={sys.executable}",
+        cmake = _cmake()
+        subprocess.check_call([cmake, "-S", ROOT, "-B", BUILD_DIR, f"-DPython3_EXECUTABLE={sys.executable}",
                                "-DCMAKE_BUILD_TYPE=Release"])
-        subprocess.check_call(["cmake", "--build", BUILD_DIR, "--target", "_C", "-j", jobs])
+        subprocess.check_call([cmake, "--build", BUILD_DIR, "--target", "_C", "-j", jobs])
         built = [f for f in os.listdir(os.path.join(ROOT, "torch_neuronx")) if f.startswith("_C.") and f.endswith(".so")]
         if not built:
             raise RuntimeError("CMake did not produce torch_neuronx/_C*.so")
