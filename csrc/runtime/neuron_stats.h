@@ -2,7 +2,7 @@
  * neuron_stats.h - the per-process statistics segment read by neuron-ls / neuron-top.
  *
  * Every process with an initialised runtime publishes a small file, <dir>/neuron-stats-<pid>
- * (dir: $NEURON_RT_STATS_DIR, default /dev/shm), laid out as nrn_stats_segment below. A background thread
+ * (dir: $NEURON_RT_STATS_DIR, default /dev/shm/neuron-stats), laid out as nrn_stats_segment below. A background thread
  * refreshes it every $NEURON_RT_STATS_INTERVAL_MS (default 200) from counters the runtime already keeps
  * (allocator statistics, stream submissions, the binding's op counters): an eager op pays nothing more. The file is removed at exit (atexit); a reader that finds the file
  * of a dead process (or of a reused pid: the start time differs) removes it (nrn_stats_cleanup_stale).
