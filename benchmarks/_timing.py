@@ -53,3 +53,17 @@ def compare(fn_neuron, fn_cpu, budget_s=0.5, rounds=7, sync=None, spread=False):
     if spread:
         return tuple((statistics.median(x), min(x), max(x)) for x in samples)
     return statistics.median(samples[0]), statistics.median(samples[1])
+
+
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (benchmarks name the machine they ran on)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown CPU"

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
-from _timing import compare  # noqa: E402
+from _timing import compare, cpu_name  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -134,17 +132,6 @@ def cases(quick: bool):
     yield (f"add fp32 {R}x2048", add_kernel[R // 128, 2048 // 512], (a, b), torch.add, torch.add)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller shapes and budgets")
@@ -154,7 +141,7 @@ def main():
     budget = 0.3 if args.quick else 1.0
     rounds = 3 if args.quick else 5
     sync = torch.neuron.synchronize
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; "
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; "
           f"nki {nki.__version__} (numpy interpreter)")
     print(f"{'kernel':28s} {'nki/neuron ms':>13s} {'native ms':>10s} {'numpy ms':>9s} "
           f"{'vs native':>10s} {'vs numpy':>9s}  max|err|")

@@ -13,26 +13,14 @@ Targets (issue 23): eager >= 1.2x CPU eager; compiled >= 1.2x CPU Inductor; comp
 
 import argparse
 import os
-import platform
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_neuronx  # noqa: E402
-from _timing import compare  # noqa: E402
+from _timing import compare, cpu_name  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def make_model(layers, device, dtype):

@@ -71,6 +71,8 @@ NeuronGeneratorImpl* get_generator(const std::optional<at::Generator>& gen, c10:
 // Kernel-library descriptor of a tensor (host-addressable memory: neuron or CPU). Returns false when
 // the tensor cannot be described (dtype without a kernel, too many dims, conj/neg bits).
 bool to_nk(const at::Tensor& t, nk_tensor* out);
+// to_nk for tensors a kernel was chosen for: raises naming op, the sizes and the dtype if t cannot be described.
+nk_tensor nk_desc(const at::Tensor& t, const char* op);
 bool nk_dtype_of(at::ScalarType st, nk_dtype* out);
 [[noreturn]] void raise_kernel_status(nk_status s, const char* op, const at::Tensor& t);
 

@@ -122,6 +122,12 @@ bool to_nk(const at::Tensor& t, nk_tensor* out) {
   return true;
 }
 
+nk_tensor nk_desc(const at::Tensor& t, const char* op) {
+  nk_tensor d;
+  TORCH_CHECK(to_nk(t, &d), op, ": cannot describe a tensor of ", t.sizes(), " ", t.scalar_type());
+  return d;
+}
+
 void raise_kernel_status(nk_status s, const char* op, const at::Tensor& t) {
   TORCH_CHECK(false, op, ": neuron kernel failed (status ", static_cast<int>(s), ") for a tensor of shape ",
               t.sizes(), ", strides ", t.strides(), " and dtype ", t.scalar_type());

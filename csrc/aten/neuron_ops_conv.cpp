@@ -80,16 +80,10 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
   return g->pointwise || im2col_pays(*g, st);
 }
 
-nk_tensor nk_of(const at::Tensor& t, const char* op) {
-  nk_tensor d;
-  TORCH_CHECK(to_nk(t, &d), op, ": cannot describe a tensor of ", t.sizes(), " ", t.scalar_type());
-  return d;
-}
-
 // t as a [rows, cols] matrix view (no copy): valid when the merged dims are contiguous among themselves.
 nk_tensor matrix(const at::Tensor& t, int64_t rows, int64_t cols, const char* op) {
   at::Tensor v = t.view({rows, cols});
-  return nk_of(v, op);
+  return nk_desc(v, op);
 }
 
 void check(nk_status s, const char* op, const at::Tensor& t) {
@@ -115,7 +109,7 @@ bool merges_hw(const at::Tensor& img) {
 
 // The image as that [C, H*W] matrix (merges_hw holds).
 nk_tensor hw_matrix(const at::Tensor& img, const char* op) {
-  nk_tensor m = nk_of(img, op);
+  nk_tensor m = nk_desc(img, op);
   const int64_t h = img.size(1), w = img.size(2);
   m.ndim = 2;
   m.strides[1] = w <= 1 ? m.strides[1] : m.strides[2];  // H*W steps of W's stride (or H's when W is 1)
@@ -134,7 +128,7 @@ nk_tensor columns(const at::Tensor& input, const Geometry& g, int64_t n, int64_t
   at::Tensor img = input[n].narrow(0, grp * g.Cg, g.Cg);
   if (g.pointwise && merges_hw(img)) return hw_matrix(img, op);
   TORCH_INTERNAL_ASSERT(col.defined(), op, ": no column buffer for an input of strides ", input.strides());
-  nk_tensor c = nk_of(col, op), i = nk_of(img, op);
+  nk_tensor c = nk_desc(col, op), i = nk_desc(img, op);
   check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
   return c;
 }
@@ -173,7 +167,7 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
       nk_tensor wg = matrix(w.narrow(0, grp * g.OCg, g.OCg), g.OCg, g.Cg * g.kh * g.kw, op);
       nk_tensor o = matrix(out[n].narrow(0, grp * g.OCg, g.OCg), g.OCg, g.OH * g.OW, op);
       if (has_bias) {
-        nk_tensor b = nk_of(bias->narrow(0, grp * g.OCg, g.OCg), op);  // [OCg] -> [OCg, OH*OW], column stride 0
+        nk_tensor b = nk_desc(bias->narrow(0, grp * g.OCg, g.OCg), op);  // [OCg] -> [OCg, OH*OW], column stride 0
         b.ndim = 2, b.sizes[1] = g.OH * g.OW, b.strides[1] = 0;
         gemm(o, wg, c, &b, 1.0, op, input);
       } else {
@@ -220,7 +214,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
           gemm(hw_matrix(gin, op), wt, gog, nullptr, 0.0, op, input);
           continue;
         }
-        nk_tensor c = nk_of(col, op), img = nk_of(gin, op);
+        nk_tensor c = nk_desc(col, op), img = nk_desc(gin, op);
         gemm(c, wt, gog, nullptr, 0.0, op, input);
         check(nk_col2im(&img, &c, g.k, g.s, g.p, g.d), op, input);
       }
@@ -237,17 +231,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
     at::Tensor go_t = go.view({g.N, g.OC, P}).permute({1, 0, 2}).contiguous().view({g.OC, g.N * P});
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       for (int64_t n = 0; n < g.N; ++n) {
-        nk_tensor c = nk_of(cols.narrow(1, n * P, P), op), i = nk_of(input[n].narrow(0, grp * g.Cg, g.Cg), op);
+        nk_tensor c = nk_desc(cols.narrow(1, n * P, P), op), i = nk_desc(input[n].narrow(0, grp * g.Cg, g.Cg), op);
         check(nk_im2col(&c, &i, g.k, g.s, g.p, g.d), op, input);
       }
       at::Tensor go_g = go_t.narrow(0, grp * g.OCg, g.OCg);
       nk_tensor o = matrix(gw.narrow(0, grp * g.OCg, g.OCg), g.OCg, K, op);
       if (!per_image) {
-        gemm(o, nk_of(go_g, op), transposed(nk_of(cols, op)), nullptr, 0.0, op, input);  // [OCg, N*P] x [N*P, K]
+        gemm(o, nk_desc(go_g, op), transposed(nk_desc(cols, op)), nullptr, 0.0, op, input);  // [OCg, N*P] x [N*P, K]
         continue;
       }
       for (int64_t n = 0; n < g.N; ++n)
-        gemm(o, nk_of(go_g.narrow(1, n * P, P), op), transposed(nk_of(cols.narrow(1, n * P, P), op)), &o,
+        gemm(o, nk_desc(go_g.narrow(1, n * P, P), op), transposed(nk_desc(cols.narrow(1, n * P, P), op)), &o,
              n == 0 ? 0.0 : 1.0, op, input);
     }
   }

@@ -8,15 +8,9 @@
 namespace torch_neuronx {
 namespace {
 
-nk_tensor desc(const at::Tensor& t, const char* op) {
-  nk_tensor d;
-  TORCH_CHECK(to_nk(t, &d), op, ": unsupported tensor ", t.sizes(), " ", t.scalar_type());
-  return d;
-}
-
 const nk_tensor* opt(const std::optional<at::Tensor>& t, nk_tensor* storage, const char* op) {
   if (!t.has_value() || !t->defined()) return nullptr;
-  *storage = desc(*t, op);
+  *storage = nk_desc(*t, op);
   return storage;
 }
 
@@ -46,8 +40,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell(const at::Tensor& ig, c
   check_cell(op, ig, hg, cx, 4, bi, bh);
   at::Tensor hy = at::empty(cx.sizes(), cx.options()), cy = at::empty(cx.sizes(), cx.options());
   at::Tensor ws = at::empty(ig.sizes(), ig.options());
-  nk_tensor dhy = desc(hy, op), dcy = desc(cy, op), dws = desc(ws, op), dig = desc(ig, op), dhg = desc(hg, op);
-  nk_tensor dcx = desc(cx, op), sbi, sbh;
+  nk_tensor dhy = nk_desc(hy, op), dcy = nk_desc(cy, op), dws = nk_desc(ws, op), dig = nk_desc(ig, op), dhg = nk_desc(hg, op);
+  nk_tensor dcx = nk_desc(cx, op), sbi, sbh;
   nk_status s = nk_lstm_cell(&dhy, &dcy, &dws, &dig, &dhg, &dcx, opt(bi, &sbi, op), opt(bh, &sbh, op));
   if (s != NK_SUCCESS) raise_kernel_status(s, op, ig);
   return {hy, cy, ws};
@@ -62,7 +56,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_cell_backward(const std::opt
   const bool any = (grad_hy.has_value() && grad_hy->defined()) || (grad_cy.has_value() && grad_cy->defined());
   if (!any) return {at::Tensor(), at::Tensor(), at::Tensor()};  // as CUDA: no gradient flows
   at::Tensor gg = at::empty(ws.sizes(), ws.options()), gcx = at::empty(cx.sizes(), cx.options());
-  nk_tensor dgg = desc(gg, op), dgcx = desc(gcx, op), dcx = desc(cx, op), dcy = desc(cy, op), dws = desc(ws, op);
+  nk_tensor dgg = nk_desc(gg, op), dgcx = nk_desc(gcx, op), dcx = nk_desc(cx, op), dcy = nk_desc(cy, op), dws = nk_desc(ws, op);
   nk_tensor sh, sc;
   nk_status s = nk_lstm_cell_backward(&dgg, &dgcx, opt(grad_hy, &sh, op), opt(grad_cy, &sc, op), &dcx, &dcy, &dws);
   if (s != NK_SUCCESS) raise_kernel_status(s, op, cx);
@@ -77,7 +71,7 @@ std::tuple<at::Tensor, at::Tensor> gru_cell(const at::Tensor& ig, const at::Tens
   check_cell(op, ig, hg, hx, 3, bi, bh);
   at::Tensor hy = at::empty(hx.sizes(), hx.options());
   at::Tensor ws = at::empty({hx.size(0), 5 * hx.size(1)}, hx.options());
-  nk_tensor dhy = desc(hy, op), dws = desc(ws, op), dig = desc(ig, op), dhg = desc(hg, op), dhx = desc(hx, op);
+  nk_tensor dhy = nk_desc(hy, op), dws = nk_desc(ws, op), dig = nk_desc(ig, op), dhg = nk_desc(hg, op), dhx = nk_desc(hx, op);
   nk_tensor sbi, sbh;
   nk_status s = nk_gru_cell(&dhy, &dws, &dig, &dhg, &dhx, opt(bi, &sbi, op), opt(bh, &sbh, op));
   if (s != NK_SUCCESS) raise_kernel_status(s, op, ig);
@@ -95,7 +89,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> gru_cell_
   const int64_t B = grad_hy.size(0), H = grad_hy.size(1);
   at::Tensor gig = at::empty({B, 3 * H}, grad_hy.options()), ghg = at::empty({B, 3 * H}, grad_hy.options());
   at::Tensor ghx = at::empty({B, H}, grad_hy.options());
-  nk_tensor a = desc(gig, op), b = desc(ghg, op), c = desc(ghx, op), d = desc(grad_hy, op), e = desc(ws, op);
+  nk_tensor a = nk_desc(gig, op), b = nk_desc(ghg, op), c = nk_desc(ghx, op), d = nk_desc(grad_hy, op), e = nk_desc(ws, op);
   nk_status s = nk_gru_cell_backward(&a, &b, &c, &d, &e);
   if (s != NK_SUCCESS) raise_kernel_status(s, op, grad_hy);
   if (!has_bias) return {gig, ghg, ghx, at::Tensor(), at::Tensor()};

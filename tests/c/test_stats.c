@@ -1,5 +1,6 @@
 /* test_stats.c - the per-process statistics segment (neuron_stats.h): contents, refresh, removal at
  * exit, the off switch and the removal of segments left by dead processes. */
+#include "nk_test.h"
 #include "neuron_runtime.h"
 #include "neuron_stats.h"
 
@@ -11,17 +12,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int g_checks, g_failures;
-
-#define CHECK(cond)                                                                                     \
-    do {                                                                                                \
-        g_checks++;                                                                                     \
-        if (!(cond)) {                                                                                  \
-            g_failures++;                                                                               \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond);                    \
-        }                                                                                               \
-    } while (0)
 
 static char g_dir[] = "/tmp/neuron-stats-test-XXXXXX";
 

@@ -22,7 +22,7 @@ import torch_neuronx  # noqa: F401  (registers the device before torch.testing._
 import torch
 from torch.utils._pytree import tree_map
 
-from .opinfo_sweep import Mismatch, compare, first_line, tensor_leaves
+from .opinfo_sweep import Mismatch, _channels_last, compare, first_line, tensor_leaves
 
 FORMS = ("as_built", "channels_last")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -38,10 +38,9 @@ def _relayout(x, form):
     """x as a fresh leaf (module inputs may be views of one graph; each position gets its own), in form."""
     if not isinstance(x, torch.Tensor):
         return x
-    fmt = torch.preserve_format
-    if form == "channels_last" and x.dim() in (4, 5):
-        fmt = torch.channels_last if x.dim() == 4 else torch.channels_last_3d
-    y = x.detach().clone(memory_format=fmt)
+    y = (_channels_last(x.detach()) if form == "channels_last" else None)
+    if y is None:
+        y = x.detach().clone()
     return y.requires_grad_(x.requires_grad) if (y.is_floating_point() or y.is_complex()) else y
 
 

@@ -501,8 +501,7 @@ def form_of(sample, form):
         if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] < 2:
             return None
         s = sample.transform(lambda t: t)
-        base = x.detach()[:1].clone().requires_grad_(x.requires_grad)
-        s.input = base.expand(x.shape) if not x.requires_grad else base.detach().expand(x.shape).requires_grad_()
+        s.input = x.detach()[:1].clone().expand(x.shape).requires_grad_(x.requires_grad)
         return s
     raise ValueError(form)
 
