@@ -468,6 +468,30 @@ def scenario_dead_peer():
         os._exit(0)
 
 
+def scenario_killed_peer():
+    """Started by the test without torchrun (whose agent would stop every rank once one dies); the test sends
+    SIGKILL to the last rank while all ranks stream large all_reduces and reduce_scatters. The others must raise
+    within the group timeout and then exit normally, as a user's script would."""
+    dist.init_process_group("neuron", timeout=timedelta(seconds=60))
+    x = torch.ones(4 * 1024 * 1024, device=DEV)
+    out = torch.empty(x.numel() // WORLD, device=DEV)
+    dist.all_reduce(x)
+    log("READY")
+    calls, t0 = 0, time.time()
+    try:
+        while True:
+            dist.all_reduce(x) if calls % 2 == 0 else dist.reduce_scatter_tensor(out, x)
+            x.fill_(1.0)
+            calls += 1
+            t0 = time.time()
+    except RuntimeError as e:
+        elapsed = time.time() - t0
+        assert "exited" in str(e) or "aborted" in str(e), str(e)
+        log(f"OK killed peer raised after {calls} calls, {elapsed:.2f}s into the failing one: {e}")
+    faulthandler.cancel_dump_traceback_later()
+    sys.exit(0)
+
+
 PROMPTS = ["The future of AI is", "A language model reads text"]
 NEW_TOKENS = 12
 
@@ -582,4 +606,4 @@ def scenario_tp_generate():
 if __name__ == "__main__":
     torch.neuron.set_device(DEV)
     {"collectives": scenario_collectives, "training": scenario_training,
-     "dead_peer": scenario_dead_peer, "tp_generate": scenario_tp_generate}[sys.argv[1]]()
+     "dead_peer": scenario_dead_peer, "killed_peer": scenario_killed_peer, "tp_generate": scenario_tp_generate}[sys.argv[1]]()

@@ -98,3 +98,37 @@ def test_two_threads_two_models(cores):
         t.join()
     for s, t in zip(sequential, threaded):
         torch.testing.assert_close(t, s, rtol=0, atol=0)
+
+
+CACHE_SCRIPT = """
+import torch, torch_neuronx
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(48, 96), torch.nn.GELU(), torch.nn.LayerNorm(96), torch.nn.Linear(96, 5))
+x = torch.randn(7, 48)
+want = model(x)
+dev = model.to("neuron")
+fn = torch.compile(lambda t: dev(t).softmax(-1), backend="neuron", fullgraph=True, dynamic=False)
+got = fn(x.to("neuron")).cpu()
+torch.testing.assert_close(got, want.softmax(-1), rtol=1e-5, atol=1e-6)
+print("OK", [g["cache"] for g in torch_neuronx.compiler.stats()["graphs"]])
+"""
+
+
+def test_two_processes_compile_into_one_cache(tmp_path):
+    """Two processes compile the same graph into one empty cache directory at the same moment: both results are
+    right, and a third process then reads the cache they wrote (a hit) and is right too."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TORCH_NEURONX_CACHE_DIR=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-c", CACHE_SCRIPT]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=400)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 and "OK" in out, out[-4000:]
+    third = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    out = third.stdout + third.stderr
+    assert third.returncode == 0 and "OK" in out, out[-4000:]
+    assert "hit" in out.split("OK", 1)[1], out[-4000:]

@@ -234,6 +234,9 @@ static void nrn_stats_fork_child(void)
 static void nrn_stats_atexit(void)
 {
     nrn_stats_stop();
+    /* A peer killed with SIGKILL (a rank of the same job, say) left its file behind; whoever outlives it
+     * removes it, so no file stays after the last process of a job exits. */
+    nrn_stats_cleanup_stale(NULL);
 }
 
 int nrn_stats_start(void)
@@ -254,6 +257,7 @@ int nrn_stats_start(void)
     if (ms != NULL && atoi(ms) > 0)
         g_interval_ms = (uint64_t)atoi(ms);
     snprintf(g_path, sizeof g_path, "%s/neuron-stats-%d", nrn_stats_dir(), (int)g_owner);
+    nrn_stats_cleanup_stale(NULL);
     /* A file left by an earlier process with the same pid is stale: replace it. */
     int fd = open(g_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     nrn_stats_segment *s = MAP_FAILED;
