@@ -169,3 +169,71 @@ def test_tensor_parallel_example_2_ranks(tmp_path):
     assert tp.shape == (64, 64, 3) and tp.std() > 0
     assert maxdiff(tp, cpu32) <= budget, (maxdiff(tp, cpu32), budget)
     assert maxdiff(tp, one) <= budget, (maxdiff(tp, one), budget)
+
+
+def _np_image(path, device, dtype):
+    """What the TP worker computes, on one device: text encoder on CPU, numpy output."""
+    pipe = td.load("qwenimage21", path, dtype)
+    emb, mask, _ = pipe.encode_prompt(prompt="A capybara wearing a wizard hat, oil painting", device="cpu")
+    pipe.vae.to(device)
+    pipe.transformer.to(device)
+    return pipe(prompt_embeds=emb.to(device), prompt_embeds_mask=mask.to(device) if mask is not None else None,
+                height=64, width=64, num_inference_steps=2, generator=torch.Generator("cpu").manual_seed(0),
+                output_type="np").images[0]
+
+
+@pytest.fixture(scope="module")
+def qwen21_refs(saved):
+    """The tiny Qwen-Image 2.1 pipeline and its one-device images: neuron fp32, CPU fp32 and CPU bf16."""
+    path = saved("qwenimage21")
+    return path, {"neuron32": _np_image(path, DEV, torch.float32), "cpu32": _np_image(path, "cpu", torch.float32),
+                  "cpu16": _np_image(path, "cpu", torch.bfloat16)}
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("nproc,dtype,mode,load", [
+    (2, "float32", "eager", "pretrained"),
+    (2, "float32", "eager", "in_memory"),
+    (2, "bfloat16", "compiled", "in_memory"),
+    (4, "float32", "compiled", "pretrained"),
+    (4, "bfloat16", "eager", "in_memory"),
+])
+def test_tensor_parallel_variants(tmp_path, qwen21_refs, nproc, dtype, mode, load):
+    """TP of the tiny Qwen-Image 2.1 transformer on 2 and 4 ranks, eager and compiled, loaded by from_pretrained
+    (streamed slices) or already in memory (enable_parallelism). Every rank gets the same image; fp32 equals one
+    device's tightly, bf16 keeps the bf16 rule; no collective runs while the weights are placed; each rank holds
+    only its slices of the planned weights (its peak device memory while loading is what it keeps)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path, refs = qwen21_refs
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--standalone",
+           os.path.join(root, "tests", "diffusers_tp_worker.py"), str(path), str(tmp_path), dtype, mode, load]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=380)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    print("\n".join(line for line in out.splitlines() if "] TP=" in line))
+
+    images = [np.load(tmp_path / f"image_rank{r}.npy") for r in range(nproc)]
+    reports = [json.loads((tmp_path / f"report_rank{r}.json").read_text()) for r in range(nproc)]
+    for r in range(1, nproc):
+        assert np.array_equal(images[r], images[0]), f"rank {r}'s image differs from rank 0's"
+    img = images[0]
+    assert img.shape == (64, 64, 3) and img.std() > 0
+    if dtype == "float32":
+        assert maxdiff(img, refs["neuron32"]) <= 1e-4, maxdiff(img, refs["neuron32"])
+        assert maxdiff(img, refs["cpu32"]) <= 1e-3
+    else:
+        budget = 2 * maxdiff(refs["cpu16"], refs["cpu32"])
+        assert maxdiff(img, refs["cpu32"]) <= budget, (maxdiff(img, refs["cpu32"]), budget)
+
+    for rep in reports:
+        assert rep["weight_collectives"] == [], rep["weight_collectives"]
+        assert mode == "compiled" or rep["run_collectives"] > 0  # the counter does see the forward's all_reduces
+        assert rep["resident_weight_bytes"] < rep["full_weight_bytes"]
+        assert rep["load_peak_bytes"] <= rep["resident_weight_bytes"] * 1.05, rep
+        assert rep["sharded_whole_bytes"] > 0 and rep["sharded_local_bytes"] * nproc == rep["sharded_whole_bytes"], rep
