@@ -97,3 +97,24 @@ def test_histc_floating_equals_cpu(dtype):
         torch.testing.assert_close(torch.histc(x.to("neuron"), **kw).cpu(), torch.histc(x, **kw), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="not finite"):
         torch.histc(torch.tensor([1.0, float("inf")], device="neuron"), bins=4)
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "smooth_l1_loss"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_losses_resizing_in_meta_warn_nothing(loss, reduction):
+    """Their CPU meta function resizes the output to the elementwise shape and back: reached through .out with a
+    0-dim output already allocated, CPU warned "An output with one or more elements was resized" on every call."""
+    import warnings
+
+    fn = getattr(torch.nn.functional, loss)
+    a = torch.randn(4, 3, requires_grad=True)
+    b = torch.randn(4, 3)
+    an = a.detach().to("neuron").requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = fn(an, b.to("neuron"), reduction=reduction)
+        got.sum().backward()
+    want = fn(a, b, reduction=reduction)
+    want.sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), want.detach())
+    torch.testing.assert_close(an.grad.cpu(), a.grad)

@@ -938,8 +938,14 @@ void route_composite_ops_to_cpu() {
     for (const c10::OperatorName& name : d.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0 || native_ops.count(name.name)) continue;
       auto op = d.findOp(name);
+      // Structured ops go through their .out overload with an output the composite allocated, except
+      // those whose CPU meta function resizes that output to the elementwise shape and back (mse_loss,
+      // smooth_l1_loss with a reduction): given an allocated 0-dim output, CPU warns that it was resized.
+      // Those run as the functional op, as on CPU.
+      static const std::unordered_set<std::string> resize_in_meta = {"aten::mse_loss", "aten::smooth_l1_loss"};
+      const bool functional = name.overload_name.empty() && resize_in_meta.count(name.name);
       if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))
+          !(functional || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)))
         continue;
       std::string full = name.name.substr(6);
       if (!name.overload_name.empty()) full += "." + name.overload_name;
