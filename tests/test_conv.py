@@ -158,3 +158,20 @@ def test_default_picks_the_faster_kernel_and_equals_cpu(dtype, monkeypatch):
     w1 = (torch.randn(4, 8, 1, 1) * 0.2).to(dtype)
     F.conv2d(x.to("neuron"), w1.to("neuron"))
     assert native("aten::convolution_overrideable") == before + 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("geom", [(1, 16, 16, 20, 3, 1, 1, 1, 1), (2, 12, 8, 17, 3, 2, 1, 1, 1),
+                                  (1, 16, 32, 15, 3, 1, 2, 2, 1), (1, 16, 16, 19, 5, 1, 2, 1, 4),
+                                  (1, 8, 8, 31, 3, 1, 0, 1, 8)])
+def test_onednn_route_hands_channels_last_and_equals_cpu(dtype, geom, monkeypatch):
+    """Where CPU runs the dtype on oneDNN, a contiguous input's convolution is handed to it in channels-last
+    (converted by the device's copy kernel; CPU would convert its channels-last result with its own slower copy):
+    the values are CPU's bit for bit and the output contiguous, as CPU returns it."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    n, c, oc, h, k, s, p, d, g = geom
+    x, w, b = torch.randn(n, c, h, h).to(dtype), (torch.randn(oc, c // g, k, k) * 0.2).to(dtype), torch.randn(oc).to(dtype)
+    want = F.conv2d(x, w, b, s, p, d, g)
+    got = F.conv2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), s, p, d, g)
+    assert got.is_contiguous() and want.is_contiguous()
+    assert torch.equal(got.cpu(), want)

@@ -145,9 +145,24 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
                         at::IntArrayRef output_padding, int64_t groups) {
   Geometry g;
-  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g))
+  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g)) {
+    // PyTorch's CPU convolution on oneDNN (bf16/fp16) computes a contiguous input's output in channels-last
+    // and converts it with the CPU's strided copy (16 ms of a [1,128,256,256] bf16 VAE convolution's time).
+    // Handing it channels-last operands, converted by the device's copy kernel, leaves it nothing to convert
+    // (oneDNN computes in that layout either way, so the values are the same); the output goes back to the
+    // contiguous format CPU returns the same way.
+    if (!transposed_ && input.dim() == 4 && weight.dim() == 4 && input.is_privateuseone() &&
+        weight.is_privateuseone() && cpu_conv_on_onednn(input.scalar_type()) &&
+        weight.scalar_type() == input.scalar_type() &&
+        output_format(input, weight) == at::MemoryFormat::Contiguous && input.numel() >= 4096) {
+      const auto cl = at::MemoryFormat::ChannelsLast;
+      at::Tensor out = neuron_convolution_overrideable(input.contiguous(cl), weight.contiguous(cl), bias, stride,
+                                                       padding, dilation, transposed_, output_padding, groups);
+      return out.contiguous();
+    }
     return neuron_convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed_,
                                            output_padding, groups);
+  }
   NEURON_NATIVE("aten::convolution_overrideable");
   const char* op = "convolution";
   at::Tensor out = at::empty({g.N, g.OC, g.OH, g.OW}, input.options(), output_format(input, weight));

@@ -298,33 +298,80 @@ void nk_iter_init(nk_iter *it, int32_t nops, const nk_tensor *const ops[], bool 
 #define NK_TILE 32
 
 /*
- * dst's innermost dim is contiguous but src's is the one with unit stride (e.g. .contiguous() of a .t()).
- * Row-by-row, every src read would touch a new cache line; copying the last two dims in square tiles
- * keeps a tile's worth of src lines in cache until all their elements have been used.
+ * dst's innermost dim is contiguous but src's is the one with unit stride (e.g. .contiguous() of a .t(), or
+ * channels-last <-> contiguous). Row-by-row, every src read would touch a new cache line; copying the last two
+ * dims in square tiles keeps a tile's worth of src lines in cache until all their elements have been used.
+ * Same-dtype tiles move elements as plain integers of their size (a bf16 [1,128,256,256] channels-last to
+ * contiguous went from 5.3 ms through the per-row cast functions to well under that); the tasks, one strip of
+ * NK_TILE rows of one plane each, go to all threads.
  */
-static void nk_copy_transposed(nk_iter *it, nk_cast_fn cast) {
+typedef struct nk_transpose_ctx {
+    const nk_iter *it;
+    nk_cast_fn cast;
+    int64_t rows, cols, rtiles;
+    int64_t drs, dcs, srs, scs;
+    int64_t es; /* element size when both dtypes are the same, else 0 */
+} nk_transpose_ctx;
+
+#define NK_TILE_COPY(T)                                                                                       \
+    static void nk_tile_copy_##T(char *d, int64_t drs, int64_t dcs, const char *s, int64_t srs, int64_t scs, \
+                                 int64_t rn, int64_t cn) {                                                   \
+        T *dd = (T *)d;                                                                                      \
+        const T *ss = (const T *)s;                                                                          \
+        for (int64_t r = 0; r < rn; r++)                                                                     \
+            for (int64_t c = 0; c < cn; c++) dd[r * drs + c * dcs] = ss[r * srs + c * scs];                  \
+    }
+NK_TILE_COPY(uint8_t)
+NK_TILE_COPY(uint16_t)
+NK_TILE_COPY(uint32_t)
+NK_TILE_COPY(uint64_t)
+
+static void nk_transpose_range(void *ctx, int64_t begin, int64_t end) {
+    const nk_transpose_ctx *c = (const nk_transpose_ctx *)ctx;
+    const nk_iter *it = c->it;
     const int32_t nd = it->ndim;
-    const int64_t rows = it->sizes[nd - 2], cols = it->sizes[nd - 1];
-    const int64_t drs = it->strides[0][nd - 2], dcs = it->strides[0][nd - 1];
-    const int64_t srs = it->strides[1][nd - 2], scs = it->strides[1][nd - 1];
-    /* Iterate the outer dims by treating the row dim as the innermost one. */
-    it->ndim = nd - 1;
-    it->rows = 1;
-    for (int32_t d = 0; d < nd - 2; d++) it->rows *= it->sizes[d];
-    for (int64_t p = 0; p < it->rows; p++) {
-        char *dplane = nk_iter_ptr(it, 0);
-        const char *splane = nk_iter_ptr(it, 1);
-        for (int64_t r0 = 0; r0 < rows; r0 += NK_TILE) {
-            const int64_t r1 = r0 + NK_TILE < rows ? r0 + NK_TILE : rows;
-            for (int64_t c0 = 0; c0 < cols; c0 += NK_TILE) {
-                const int64_t cn = cols - c0 < NK_TILE ? cols - c0 : NK_TILE;
-                for (int64_t r = r0; r < r1; r++)
-                    cast(dplane + (r * drs + c0 * dcs) * it->elsize[0], dcs,
-                         splane + (r * srs + c0 * scs) * it->elsize[1], scs, cn);
+    for (int64_t t = begin; t < end; t++) {
+        int64_t plane = t / c->rtiles, off0 = 0, off1 = 0;
+        const int64_t r0 = (t % c->rtiles) * NK_TILE;
+        for (int32_t d = nd - 3; d >= 0; d--) {
+            const int64_t i = plane % it->sizes[d];
+            plane /= it->sizes[d];
+            off0 += i * it->strides[0][d];
+            off1 += i * it->strides[1][d];
+        }
+        char *dplane = it->base[0] + off0 * it->elsize[0];
+        const char *splane = it->base[1] + off1 * it->elsize[1];
+        const int64_t rn = c->rows - r0 < NK_TILE ? c->rows - r0 : NK_TILE;
+        for (int64_t c0 = 0; c0 < c->cols; c0 += NK_TILE) {
+            const int64_t cn = c->cols - c0 < NK_TILE ? c->cols - c0 : NK_TILE;
+            char *d = dplane + (r0 * c->drs + c0 * c->dcs) * it->elsize[0];
+            const char *s = splane + (r0 * c->srs + c0 * c->scs) * it->elsize[1];
+            switch (c->es) {
+            case 1: nk_tile_copy_uint8_t(d, c->drs, c->dcs, s, c->srs, c->scs, rn, cn); break;
+            case 2: nk_tile_copy_uint16_t(d, c->drs, c->dcs, s, c->srs, c->scs, rn, cn); break;
+            case 4: nk_tile_copy_uint32_t(d, c->drs, c->dcs, s, c->srs, c->scs, rn, cn); break;
+            case 8: nk_tile_copy_uint64_t(d, c->drs, c->dcs, s, c->srs, c->scs, rn, cn); break;
+            default:
+                for (int64_t r = 0; r < rn; r++)
+                    c->cast(d + r * c->drs * it->elsize[0], c->dcs, s + r * c->srs * it->elsize[1], c->scs, cn);
             }
         }
-        nk_iter_next_row(it);
     }
+}
+
+static void nk_copy_transposed(const nk_iter *it, nk_cast_fn cast, bool same) {
+    const int32_t nd = it->ndim;
+    nk_transpose_ctx c = {.it = it, .cast = cast, .rows = it->sizes[nd - 2], .cols = it->sizes[nd - 1],
+                          .drs = it->strides[0][nd - 2], .dcs = it->strides[0][nd - 1],
+                          .srs = it->strides[1][nd - 2], .scs = it->strides[1][nd - 1],
+                          .es = same ? it->elsize[0] : 0};
+    c.rtiles = (c.rows + NK_TILE - 1) / NK_TILE;
+    int64_t planes = 1;
+    for (int32_t d = 0; d < nd - 2; d++) planes *= it->sizes[d];
+    /* A task is NK_TILE rows of one plane: at least NK_TILE * NK_TILE elements unless the plane is smaller. */
+    const int64_t per_task = (c.rows < NK_TILE ? c.rows : NK_TILE) * c.cols;
+    const int64_t grain = per_task >= 32768 ? 1 : 32768 / (per_task > 0 ? per_task : 1);
+    nk_parallel_for(planes * c.rtiles, grain, nk_transpose_range, &c);
 }
 
 /* ---- public kernels ---- */
@@ -418,7 +465,7 @@ nk_status nk_copy(const nk_tensor *dst, const nk_tensor *src) {
 
     const nk_cast_fn cast = nk_cast_get(dst->dtype, src->dtype);
     if (it.ndim >= 2 && ds == 1 && ss != 0 && ss != 1 && it.strides[1][it.ndim - 2] == 1) {
-        nk_copy_transposed(&it, cast);
+        nk_copy_transposed(&it, cast, dst->dtype == src->dtype);
         return NK_SUCCESS;
     }
     nk_copy_ctx c = {.it = &it, .cast = cast, .cvt = nk_copy_simd_cvt(dst->dtype, src->dtype),
