@@ -141,6 +141,24 @@ at::MemoryFormat output_format(const at::Tensor& input, const at::Tensor& weight
   return cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
+// Whether converting the operands (and the output back) costs less than CPU's conversion of its output: the
+// output must not be much smaller than the input, nor the weight over twice the input (a 1280-channel 3x3
+// weight of a 16x16 image took 4.9 ms to convert, its convolution 10 ms). Measured, 3x3 bf16, ms CPU/neuron:
+// 128->128 at 256x256 51.5/14.7, 512->512 at 64x64 16.1/9.7, N2 320->320 at 64x64 7.0/7.0; declined:
+// 128->3 at 256x256 (4.4/4.7), N2 1280->1280 at 16x16 (13.1/15.3).
+bool handoff_pays(const at::Tensor& input, const at::Tensor& weight, at::IntArrayRef stride,
+                  at::IntArrayRef padding, at::IntArrayRef dilation) {
+  if (stride.size() != 2 || padding.size() != 2 || dilation.size() != 2 || weight.numel() > 2 * input.numel())
+    return false;
+  int64_t out = input.size(0) * weight.size(0);
+  for (int i = 0; i < 2; ++i) {
+    const int64_t extent = input.size(2 + i) + 2 * padding[i] - dilation[i] * (weight.size(2 + i) - 1) - 1;
+    if (extent < 0 || stride[i] <= 0) return false;
+    out *= extent / stride[i] + 1;
+  }
+  return 4 * out >= input.numel();
+}
+
 at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
                         at::IntArrayRef output_padding, int64_t groups) {
@@ -154,7 +172,8 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
     if (!transposed_ && input.dim() == 4 && weight.dim() == 4 && input.is_privateuseone() &&
         weight.is_privateuseone() && cpu_conv_on_onednn(input.scalar_type()) &&
         weight.scalar_type() == input.scalar_type() &&
-        output_format(input, weight) == at::MemoryFormat::Contiguous && input.numel() >= 4096) {
+        output_format(input, weight) == at::MemoryFormat::Contiguous && input.numel() >= 4096 &&
+        handoff_pays(input, weight, stride, padding, dilation)) {
       const auto cl = at::MemoryFormat::ChannelsLast;
       at::Tensor out = neuron_convolution_overrideable(input.contiguous(cl), weight.contiguous(cl), bias, stride,
                                                        padding, dilation, transposed_, output_padding, groups);
