@@ -254,6 +254,9 @@ static const nk_attn_simd *nk_attn_simd_get(void) {
 
 #define NK_ATTN_BQ 64 /* query rows per block */
 #define NK_ATTN_BK 64 /* keys per block */
+/* Keys per block of the AMX forward: the per-block work of a row (its max and sum folded across lanes, the
+ * rescale of its output) is paid once per 256 keys instead of per 64. */
+#define NK_ATTN_AMX_BK 256
 
 static int64_t nk_round16(int64_t x) {
     return (x + 15) & ~(int64_t)15;
@@ -534,7 +537,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
     const nk_sdpa_args *a = c->a;
     const nk_attn_simd *simd = c->simd;
-    const int64_t BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
+    const int64_t BQ = NK_ATTN_BQ, BK = NK_ATTN_AMX_BK;
     const int64_t Dk = nk_round32(c->D), Dv32 = nk_round32(c->Dv);
     float *Qf, *Kf, *Vf, *Pf, *Nf, *S, *O, *tmp;
     /* Packed K and V blocks of the current (batch, key head), kept while consecutive tasks (the query
