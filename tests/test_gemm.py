@@ -313,3 +313,15 @@ def test_fma_probe_and_isa():
     assert torch_neuronx._C._gemm_isa() in ("avx512", "avx2", "generic")
     peak = torch_neuronx._C._fma_peak_gflops()
     assert peak >= 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_addmm_tall_output_through_a_buffer(dtype):
+    """beta != 0 (or a bf16 output) accumulates in a per-thread buffer; a tall output (here 2 x 2500 rows of
+    600 columns) runs in row chunks that keep it within 1M floats. Each chunk's rows must land in place."""
+    torch.manual_seed(0)
+    c, a, b = torch.randn(5000, 600).to(dtype), torch.randn(70, 5000).to(dtype).t(), torch.randn(70, 600).to(dtype)
+    want = torch.addmm(c, a, b, beta=0.5, alpha=2)
+    got = torch.addmm(c.to("neuron"), a.to("neuron"), b.to("neuron"), beta=0.5, alpha=2).cpu()
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-1)
+    torch.testing.assert_close(got, want, **tol)
