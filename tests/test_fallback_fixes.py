@@ -118,3 +118,13 @@ def test_losses_resizing_in_meta_warn_nothing(loss, reduction):
     want.sum().backward()
     torch.testing.assert_close(got.detach().cpu(), want.detach())
     torch.testing.assert_close(an.grad.cpu(), a.grad)
+
+
+def test_mode_out_runs_on_the_cpu_kernel():
+    """mode.values is a composite that refuses devices other than CPU, CUDA and XPU: it runs on the CPU kernel."""
+    x = torch.randint(0, 4, (5, 6)).float()
+    v, i = torch.empty(0, device="neuron"), torch.empty(0, dtype=torch.long, device="neuron")
+    r = torch.mode(x.to("neuron"), 1, out=(v, i))
+    want = torch.mode(x, 1)
+    assert r[0] is v and v.device.type == "neuron"
+    assert torch.equal(v.cpu(), want.values) and torch.equal(i.cpu(), want.indices)

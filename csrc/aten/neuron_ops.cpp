@@ -938,14 +938,17 @@ void route_composite_ops_to_cpu() {
     for (const c10::OperatorName& name : d.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0 || native_ops.count(name.name)) continue;
       auto op = d.findOp(name);
-      // Structured ops go through their .out overload with an output the composite allocated, except
-      // those whose CPU meta function resizes that output to the elementwise shape and back (mse_loss,
-      // smooth_l1_loss with a reduction): given an allocated 0-dim output, CPU warns that it was resized.
-      // Those run as the functional op, as on CPU.
-      static const std::unordered_set<std::string> resize_in_meta = {"aten::mse_loss", "aten::smooth_l1_loss"};
-      const bool functional = name.overload_name.empty() && resize_in_meta.count(name.name);
-      if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-          !(functional || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)))
+      // Also run on the CPU kernel, though the composite would otherwise take them:
+      // - structured ops whose CPU meta function resizes an allocated output to the elementwise shape and
+      //   back (mse_loss, smooth_l1_loss with a reduction): through their .out overload with the 0-dim output
+      //   the composite allocated, CPU warned that it was resized on every call;
+      // - mode.values, a composite that refuses devices other than CPU, CUDA and XPU.
+      static const std::unordered_set<std::string> forced = {"aten::mse_loss", "aten::smooth_l1_loss",
+                                                             "aten::mode.values"};
+      const std::string qualified = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+      const bool force = forced.count(qualified) > 0;
+      if (!op || !(force || (op->hasKernelForDispatchKey(c10::DispatchKey::CPU) &&
+                             op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd))))
         continue;
       std::string full = name.name.substr(6);
       if (!name.overload_name.empty()) full += "." + name.overload_name;

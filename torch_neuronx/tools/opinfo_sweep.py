@@ -169,7 +169,7 @@ class Mover:
                  and type(t) in (torch.Tensor, torch.nn.Parameter) and t.device.type == "cpu")
         if not plain:
             n = t.detach().to(device)
-            if n is t or n.data_ptr() == t.data_ptr():
+            if n is t or (n.layout == torch.strided and t.layout == torch.strided and n.data_ptr() == t.data_ptr()):
                 n = n.clone()
         else:
             st = t.untyped_storage()
