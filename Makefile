@@ -7,7 +7,7 @@ CMAKE  := $(VENV)/bin/cmake
 JOBS   ?= 2
 VENV_ABS := $(abspath $(VENV))
 
-.PHONY: demo test build ctest pytest clean
+.PHONY: demo test build ctest pytest clean bench bench-quick
 
 $(STAMP): requirements.txt pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -35,6 +35,14 @@ pytest: build
 	$(PY) -m pytest -q tests
 
 test: ctest pytest
+
+# Every benchmark, the machine's measured bounds first, into docs/performance.md (run on an otherwise idle
+# machine: see the report's note on noise). bench-quick: shorter runs of fewer benchmarks.
+bench: build
+	$(PY) benchmarks/report.py
+
+bench-quick: build
+	$(PY) benchmarks/report.py --quick
 
 clean:
 	rm -rf build torch_neuronx/_C*.so
