@@ -93,5 +93,15 @@ PYBIND11_MODULE(_C, m) {
     pybind11::gil_scoped_release no_gil;
     return nk_fma_peak_gflops();
   });
+  // The bf16 peak and the instruction it ran on ("amx", "avx512_bf16", "none").
+  m.def("_bf16_peak_gflops", [] {
+    const char *method = "none";
+    double gf;
+    {
+      pybind11::gil_scoped_release no_gil;
+      gf = nk_bf16_peak_gflops(&method);
+    }
+    return pybind11::make_tuple(gf, std::string(method));
+  });
   register_process_group(m);
 }

@@ -122,6 +122,10 @@ const char *nk_gemm_isa_name(void);
 /* Measured fp32 FMA throughput of this machine on all pool threads (GFLOP/s): a register-only FMA
  * loop, the ceiling a GEMM can approach. 0 when no SIMD FMA is available. Takes ~0.1 s. */
 double nk_fma_peak_gflops(void);
+/* Measured bf16 multiply-add throughput on all pool threads (GFLOP/s, 2 per product) on the instruction the
+ * bf16 GEMM uses here: AMX tiles, else AVX512-BF16 dot products; *method (if not NULL) names it ("amx",
+ * "avx512_bf16", or "none" with 0 where the CPU has neither). Takes ~0.1 s. */
+double nk_bf16_peak_gflops(const char **method);
 
 /* ---- recurrent cells (rnn.c) --------------------------------------------------------------------- */
 /*
