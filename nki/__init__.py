@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from . import _core, compiler, isa, language  # noqa: F401
+from . import _compile, _core, compiler, isa, language  # noqa: F401
 from ._core import NkiError, NkiTensor  # noqa: F401
 
 __version__ = "0.1.0"
@@ -160,10 +160,25 @@ class Kernel:
         nargs = [conv.to_nki(a) for a in args]
         nkw = {k: conv.to_nki(v) for k, v in kwargs.items()}
         target = _core.resolve_target(self.options.get("platform_target"))
+        key = _compile.plan_key(self, nargs, nkw, target, conv.torch_device) if _compile.enabled() else None
+        plan = _compile._PLANS.get(key) if key is not None else None
+        if plan is not None and plan is not _compile._INTERPRET:
+            try:
+                result = plan.run(nargs, nkw, conv.torch_device)
+            finally:
+                conv.finish()
+            _compile.stats["compiled_calls"] += 1
+            return conv.from_nki(result)
+        trace = None
+        if key is not None and plan is None and _core.TRACE is None:
+            trace = _compile.Trace(getattr(self.fn, "__name__", str(self.fn)))
+            for t in _compile._tensors(list(nargs) + [nkw[k] for k in sorted(nkw)], []):
+                trace.add_arg(t)
         launch = _core.Launch(target, conv.torch_device)
         result = None
         grid = self.grid or ()
         try:
+            _core.TRACE = trace
             for pid in itertools.product(*[range(g) for g in grid]) if grid else [()]:
                 inst = _core.Instance(launch, pid, grid)
                 _core.set_current(inst)
@@ -172,7 +187,15 @@ class Kernel:
                 finally:
                     _core.set_current(None)
         finally:
+            _core.TRACE = None
             conv.finish()
+        _compile.stats["interpreted_calls"] += 1
+        if trace is not None:
+            _compile.stats["traces"] += 1
+            plan = trace.finalize(result)
+            if plan is None:
+                _compile.stats["fallbacks"].append((trace.name, trace.bad))
+            _compile._PLANS[key] = plan if plan is not None else _compile._INTERPRET
         return conv.from_nki(result)
 
 
@@ -197,6 +220,18 @@ def simulate(kernel, *args, **kwargs):
 
 
 simulate_kernel = simulate
+
+
+def compile_stats():
+    """The fast path's counters: ``traces`` (first calls of a new signature, interpreted while recording),
+    ``compiled_calls`` (replayed in C), ``interpreted_calls`` and ``fallbacks`` ((kernel, reason) of each
+    signature that stays interpreted)."""
+    return {k: (list(v) if isinstance(v, list) else v) for k, v in _compile.stats.items()}
+
+
+def reset_compile_cache():
+    """Forget every traced kernel and zero compile_stats()."""
+    _compile.reset()
 benchmark = jit
 baremetal = jit
 profile = jit

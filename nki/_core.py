@@ -286,6 +286,10 @@ class Launch:
 
 
 _tls = threading.local()
+# The nki._compile.Trace recording the running kernel, or None. Direct reads and writes of tensor values
+# outside a lowered instruction (a value read back into Python, an instruction without a lowering) mark the
+# trace as not lowerable.
+TRACE = None
 
 
 def current() -> Instance | None:
@@ -348,10 +352,21 @@ def allocate(shape, dtype: DType, buffer, fill="poison"):
             t = _new_hbm(tuple(int(s) for s in shape), dtype, launch)
             launch.shared.append(t)
             inst.shared_idx += 1
+            if TRACE is not None:
+                TRACE.on_alloc(t, fill)
+                fill = None  # its fill is recorded with the allocation
         else:
             t = _new_hbm(tuple(int(s) for s in shape), dtype, None)
         if fill == "zeros":
-            t.write(np.zeros(1, np.float32))
+            if TRACE is not None:
+                TRACE.inside += 1  # the zero fill is a step of its own (recorded below)
+                try:
+                    t.write(np.zeros(1, np.float32))
+                finally:
+                    TRACE.inside -= 1
+                TRACE.on_fill(t, 0)
+            else:
+                t.write(np.zeros(1, np.float32))
         return t
     # on-chip: partition dim (the par_dim-marked one, else the first) <= 128; per-partition bytes counted.
     pidx = next((i for i, s in enumerate(shape) if isinstance(s, ParDim)), 0)
@@ -385,7 +400,10 @@ def allocate(shape, dtype: DType, buffer, fill="poison"):
         st.acc = np.zeros(n, dtype=bool)
     if inst is not None and per_part:
         weakref.finalize(st, inst.release, buffer.name, per_part)
-    return NkiTensor(st, shape, _contig(shape), 0)
+    t = NkiTensor(st, shape, _contig(shape), 0)
+    if TRACE is not None:
+        TRACE.on_alloc(t, fill)
+    return t
 
 
 def _contig(shape):
@@ -473,6 +491,8 @@ class NkiTensor:
         return offs, sel
 
     def raw(self, mask=None):
+        if TRACE is not None and TRACE.inside == 0:
+            TRACE.fail(f"a {self.buffer.name} tensor read outside a lowered instruction")
         if self.offsets is not None:
             offs, sel = self._gather_offsets(mask)
             out = self.storage.flat[np.where(self.oob, 0, offs)]
@@ -497,6 +517,8 @@ class NkiTensor:
 
     def write(self, values, mask=None):
         """Store values, rounded to this tensor's dtype."""
+        if TRACE is not None and TRACE.inside == 0:
+            TRACE.fail(f"a {self.buffer.name} tensor written outside a lowered instruction")
         v = np.asarray(values)
         if v.shape != self.shape:
             try:

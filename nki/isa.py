@@ -8,7 +8,7 @@ from enum import Enum
 
 import numpy as np
 
-from . import _core
+from . import _compile, _core
 from . import language as nl
 from ._core import NkiError, NkiTensor, error, limit_error, psum, sbuf, to_dtype
 
@@ -142,7 +142,16 @@ def _out(dst, vals, dtype, instr, buffer=sbuf, mask=None):
     return dst
 
 
+def _op_or_none(op):
+    """An operator as the lowering sees it: nl ops as themselves, None, anything else not lowerable."""
+    return op if op is None or isinstance(op, nl._Op) else _NOT_LOWERED
+
+
+_NOT_LOWERED = nl._Op("not_lowered", None, 2)
+
+
 # ----------------------------------------------------------------------------------------------- data movement
+@_compile.instr
 def dma_copy(*args, **kw):
     b = _bind(args, kw, ("dst", "src"), ("dst", "src"), True)
     dst, src, mask = b["dst"], b["src"], b.get("mask")
@@ -154,33 +163,49 @@ def dma_copy(*args, **kw):
     if dst.shape != src.shape:
         vals = np.asarray(vals).reshape(dst.shape)
     dst.write(vals, mask=mask)
+    _compile.record(lambda tr: tr.copy(tr.opd(dst, mask, True), tr.opd(src).reshape(dst.shape)))
     return dst
 
 
+@_compile.instr
 def dma_transpose(*args, **kw):
     b = _bind(args, kw, ("dst", "src", "axes"), ("src", "axes"), len(args) >= 2 and _is_tensor(args[1]) or "dst" in kw)
     src = b["src"]
     v = np.asarray(src.read())
     axes = b.get("axes")
     v = np.transpose(v, axes) if axes is not None else v.reshape(v.shape[0], -1).T
-    return _out(b.get("dst"), v, b.get("dtype") or src.dtype, "dma_transpose")
+    res = _out(b.get("dst"), v, b.get("dtype") or src.dtype, "dma_transpose")
+    if axes is not None:
+        _compile.record(lambda tr: tr.copy(_compile.out_opd(tr, res, v.shape), _compile.Opd(
+            *(lambda o: (o.region, o.dt, [o.shape[a] for a in axes], [o.strides[a] for a in axes], o.off,
+                         o.name))(tr.opd(src)))))
+    else:
+        _compile.record(_compile.rec_transpose, res, src)
+    return res
 
 
+@_compile.instr
 def tensor_copy(*args, **kw):
     b = _bind(args, kw, ("dst", "src", "engine"), ("src", "mask", "dtype", "engine"),
               (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw)
     src = _onchip(b["src"], "src", "tensor_copy")
-    return _out(b.get("dst"), src.read(), b.get("dtype") or src.dtype, "tensor_copy", mask=b.get("mask"))
+    res = _out(b.get("dst"), src.read(), b.get("dtype") or src.dtype, "tensor_copy", mask=b.get("mask"))
+    _compile.record(lambda tr: tr.copy(_compile.out_opd(tr, res, src.shape, b.get("mask")), tr.opd(src)))
+    return res
 
 
+@_compile.instr
 def memset(*args, **kw):
     is_new = (args and _is_tensor(args[0])) or "dst" in kw
     b = _bind(args, kw, ("dst", "value", "engine"), ("shape", "value", "dtype", "mask", "engine"), is_new)
     if is_new:
         dst = _onchip(b["dst"], "dst", "memset")
         dst.write(np.asarray(b["value"]), mask=b.get("mask"))
+        _compile.record(_compile.rec_fill, dst, b["value"], b.get("mask"))
         return dst
-    return nl._new_tile(np.full(tuple(b["shape"]), b["value"], dtype=np.float32), b["dtype"])
+    res = nl._new_tile(np.full(tuple(b["shape"]), b["value"], dtype=np.float32), b["dtype"])
+    _compile.record(_compile.rec_fill, res, np.float32(b["value"]))
+    return res
 
 
 # ----------------------------------------------------------------------------------------------- Tensor Engine
@@ -202,6 +227,7 @@ def _check_matmul(st_shape, mv_shape):
     return k, m, n
 
 
+@_compile.instr
 def nc_matmul(*args, **kw):
     is_new = (len(args) >= 3 and _is_tensor(args[2])) or "dst" in kw
     b = _bind(args, kw, ("dst", "stationary", "moving", "is_stationary_onezero", "is_moving_onezero",
@@ -221,6 +247,7 @@ def nc_matmul(*args, **kw):
     if dst is None:
         t = nl._new_tile(res, st.dtype if b.get("is_transpose") else _core.float32, psum)
         t._matmul_result = True
+        _compile.record(_compile.rec_matmul, t, st, mv, False)
         return t
     _onchip(dst, "dst", "nc_matmul", ("psum",))
     ok = ("float32",) if get_nc_version() != nc_version.gen4 else ("float32", "bfloat16")
@@ -236,6 +263,8 @@ def nc_matmul(*args, **kw):
     else:
         open_ = dst.acc_view()
     old = dst.dtype.decode(dst.raw())  # reading for accumulation does not close the group
+    # Which elements accumulate depends only on the instruction sequence: the trace resolves it here.
+    open_all, open_none = (bool(np.all(open_)), not bool(np.any(open_))) if _core.TRACE is not None else (0, 0)
     if acc is None:
         new = np.where(open_, old + res, res)
     elif acc:
@@ -247,9 +276,14 @@ def nc_matmul(*args, **kw):
         st_acc[dst.offsets] = True
     else:
         dst.acc_view()[...] = True
+    if acc is None and not (open_all or open_none):
+        _compile.record(lambda tr: (_ for _ in ()).throw(_compile.Unsupported("a partly open PSUM group")))
+    else:
+        _compile.record(_compile.rec_matmul, dst, st, mv, bool(acc) if acc is not None else open_all)
     return dst
 
 
+@_compile.instr
 def nc_transpose(*args, **kw):
     is_new = (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw
     b = _bind(args, kw, ("dst", "data", "engine"), ("data", "mask", "dtype", "engine"), is_new)
@@ -267,10 +301,13 @@ def nc_transpose(*args, **kw):
     dst = b.get("dst")
     if dst is not None and eng != engine.vector:
         _onchip(dst, "dst", "nc_transpose", ("psum",) if data.buffer is sbuf else ("sbuf", "psum"))
-    return _out(dst, v, b.get("dtype") or data.dtype, "nc_transpose", buffer=psum)
+    res = _out(dst, v, b.get("dtype") or data.dtype, "nc_transpose", buffer=psum)
+    _compile.record(_compile.rec_transpose, res, data)
+    return res
 
 
 # ----------------------------------------------------------------------------------------------- Vector/Scalar
+@_compile.instr
 def tensor_tensor(*args, **kw):
     is_new = (len(args) >= 3 and _is_tensor(args[2])) or "dst" in kw
     b = _bind(args, kw, ("dst", "data1", "data2", "op", "engine"), ("data1", "data2", "op", "dtype", "mask",
@@ -285,8 +322,11 @@ def tensor_tensor(*args, **kw):
                     "size and elements per partition")
     a, c = d1.read(), np.asarray(d2.read()).reshape(d1.shape)
     res = _fn(b["op"])(a, c)
-    return _out(b.get("dst"), res, b.get("dtype") or _core.promote(d1.dtype, d2.dtype), "tensor_tensor",
-                mask=b.get("mask"))
+    out = _out(b.get("dst"), res, b.get("dtype") or _core.promote(d1.dtype, d2.dtype), "tensor_tensor",
+               mask=b.get("mask"))
+    _compile.record(lambda tr: _compile.rec_chain(tr, out, d1, [(_op_or_none(b["op"]), tr.opd(d2).reshape(d1.shape),
+                                                                 False)], b.get("mask")))
+    return out
 
 
 def _apply(op, x, operand, reverse):
@@ -298,6 +338,7 @@ def _apply(op, x, operand, reverse):
     return f(operand, x) if reverse else f(x, operand)
 
 
+@_compile.instr
 def tensor_scalar(*args, **kw):
     is_new = (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw
     b = _bind(args, kw, ("dst", "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1", "engine"),
@@ -312,9 +353,14 @@ def tensor_scalar(*args, **kw):
     x = _apply(b["op0"], x, _scalar_operand(b.get("operand0"), p, nd), b.get("reverse0", False))
     if b.get("op1") is not None:
         x = _apply(b["op1"], x, _scalar_operand(b.get("operand1"), p, nd), b.get("reverse1", False))
-    return _out(b.get("dst"), x, b.get("dtype") or data.dtype, "tensor_scalar", mask=b.get("mask"))
+    out = _out(b.get("dst"), x, b.get("dtype") or data.dtype, "tensor_scalar", mask=b.get("mask"))
+    _compile.record(_compile.rec_chain, out, data,
+                    [(_op_or_none(b["op0"]), b.get("operand0"), b.get("reverse0", False)),
+                     (_op_or_none(b.get("op1")), b.get("operand1"), b.get("reverse1", False))], b.get("mask"))
+    return out
 
 
+@_compile.instr
 def scalar_tensor_tensor(*args, **kw):
     is_new = (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw
     b = _bind(args, kw, ("dst", "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1"),
@@ -324,7 +370,12 @@ def scalar_tensor_tensor(*args, **kw):
     x = _apply(b["op0"], data.read(), _scalar_operand(b["operand0"], p, nd), b.get("reverse0", False))
     o1 = np.asarray(_onchip(b["operand1"], "operand1", "scalar_tensor_tensor").read()).reshape(data.shape)
     x = _apply(b["op1"], x, o1, b.get("reverse1", False))
-    return _out(b.get("dst"), x, b.get("dtype") or data.dtype, "scalar_tensor_tensor", mask=b.get("mask"))
+    out = _out(b.get("dst"), x, b.get("dtype") or data.dtype, "scalar_tensor_tensor", mask=b.get("mask"))
+    _compile.record(lambda tr: _compile.rec_chain(
+        tr, out, data, [(_op_or_none(b["op0"]), b["operand0"], b.get("reverse0", False)),
+                        (_op_or_none(b["op1"]), tr.opd(b["operand1"]).reshape(data.shape), b.get("reverse1", False))],
+        b.get("mask")))
+    return out
 
 
 _REDUCERS = {}
@@ -357,6 +408,7 @@ def _red_axes(axis, nd, instr):
     return axes
 
 
+@_compile.instr
 def tensor_reduce(*args, **kw):
     is_new = (args and _is_tensor(args[0])) or "dst" in kw
     b = _bind(args, kw, ("dst", "op", "data", "axis", "negate", "keepdims"),
@@ -369,7 +421,9 @@ def tensor_reduce(*args, **kw):
     r = _reducer(b["op"])(x, axis=axes, keepdims=b.get("keepdims", False))
     if b.get("negate"):
         r = -r
-    return _out(b.get("dst"), r, b.get("dtype") or data.dtype, "tensor_reduce", mask=b.get("mask"))
+    out = _out(b.get("dst"), r, b.get("dtype") or data.dtype, "tensor_reduce", mask=b.get("mask"))
+    _compile.record(_compile.rec_reduce, out, data, b["op"], axes, bool(b.get("negate")), b.get("mask"))
+    return out
 
 
 def _regs():
@@ -381,6 +435,7 @@ def _regs():
     return inst
 
 
+@_compile.instr
 def activation(*args, **kw):
     is_new = (args and _is_tensor(args[0])) or "dst" in kw
     b = _bind(args, kw, ("dst", "op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd"),
@@ -397,6 +452,14 @@ def activation(*args, **kw):
         out = f(x)
     res = _out(b.get("dst"), out, b.get("dtype") or data.dtype, "activation", mask=b.get("mask"))
     _activation_reduce(out, p, b.get("reduce_op"), b.get("reduce_res"), b.get("reduce_cmd", reduce_cmd.idle))
+    if b.get("reduce_op") is None and b.get("reduce_res") is None and \
+            b.get("reduce_cmd", reduce_cmd.idle) in (None, reduce_cmd.idle):
+        sc = b.get("scale")
+        one = sc is None or (not isinstance(sc, NkiTensor) and float(sc) == 1.0)  # x * 1.0 is x
+        _compile.record(_compile.rec_chain, res, data,
+                        [(None if one else nl.multiply, sc, False),
+                         (nl.add if b.get("bias") is not None else None, b.get("bias"), False),
+                         (b["op"] if isinstance(b["op"], nl._Op) else _NOT_LOWERED, None, False)], b.get("mask"))
     return res
 
 
@@ -424,13 +487,16 @@ def activation_reduce(*args, **kw):
     return activation(**b)
 
 
+@_compile.instr
 def reciprocal(*args, **kw):
     is_new = (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw
     b = _bind(args, kw, ("dst", "data"), ("data", "dtype", "mask"), is_new)
     data = _onchip(b["data"], "data", "reciprocal")
     with np.errstate(all="ignore"):
         r = np.float32(1.0) / np.asarray(data.read(), np.float32)
-    return _out(b.get("dst"), r, b.get("dtype") or data.dtype, "reciprocal", mask=b.get("mask"))
+    out = _out(b.get("dst"), r, b.get("dtype") or data.dtype, "reciprocal", mask=b.get("mask"))
+    _compile.record(_compile.rec_chain, out, data, [(nl.reciprocal, None, False)], b.get("mask"))
+    return out
 
 
 def _pattern_values(pattern, offset, channel_multiplier, p):

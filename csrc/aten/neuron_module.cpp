@@ -103,5 +103,22 @@ PYBIND11_MODULE(_C, m) {
     }
     return pybind11::make_tuple(gf, std::string(method));
   });
+  // NKI kernels lowered by nki/_compile.py: the instruction list and the region bases as addresses.
+  m.def("_nki_exec", [](uintptr_t ins, int64_t n, uintptr_t bases, int64_t nbases) {
+    int64_t failed = -1;
+    nk_status s;
+    {
+      pybind11::gil_scoped_release no_gil;
+      s = nkx_run(reinterpret_cast<const nkx_instr*>(ins), n, reinterpret_cast<void* const*>(bases), nbases,
+                  &failed);
+    }
+    TORCH_CHECK(s == NK_SUCCESS, "nki compiled kernel: instruction ", failed, " failed with status ",
+                static_cast<int>(s));
+  });
+  m.def("_nki_exec_layout", [] {
+    int64_t l[3];
+    nkx_layout(l);
+    return std::vector<int64_t>{l[0], l[1], l[2]};
+  });
   register_process_group(m);
 }

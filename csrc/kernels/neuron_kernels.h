@@ -444,6 +444,50 @@ nk_status nk_isin(const nk_tensor *out, const nk_tensor *elements, const nk_tens
  */
 nk_status nk_histc_int(const nk_tensor *hist, const nk_tensor *src, int64_t min, int64_t max, int64_t *counts);
 
+/* ---- NKI kernel executor (nki_exec.c) ------------------------------------------------------------ */
+/*
+ * Replays the instruction list the `nki` package traced from an NKI kernel (one list per kernel, grid and
+ * argument shapes/dtypes/strides). Python decomposes every NKI instruction into these steps (temporaries,
+ * fp32 staging, accumulate flags resolved at trace time), so the executor is a loop over library calls.
+ * Operands address memory as bases[region] + offset (bytes), with element strides; regions are the
+ * executor's on-chip arena, the constant pool, the kernel's arguments and the HBM tensors it allocates.
+ * Layout shared with nki/_compile.py (checked there against nkx_layout()).
+ */
+#define NKX_MAX_DIMS 6
+typedef struct nkx_operand {
+    int32_t region;
+    int32_t dtype;                   /* nk_dtype */
+    int32_t ndim;
+    int32_t pad;
+    int64_t offset;                  /* bytes from bases[region] */
+    int64_t sizes[NKX_MAX_DIMS];
+    int64_t strides[NKX_MAX_DIMS];   /* elements */
+} nkx_operand;
+
+typedef enum nkx_kind {
+    NKX_FILL = 0,    /* o0 = value (already representable in o0's dtype) */
+    NKX_COPY,        /* o0 = (o0 dtype) o1, same sizes (o1 may broadcast with stride 0) */
+    NKX_UNARY,       /* o0 = op(o1), op an nk_unary_op, computed in fp32 */
+    NKX_BINARY,      /* o0 = op(o1, o2), op an nk_binary_op (NK_ADD with alpha = value), computed in fp32 */
+    NKX_GEMM,        /* o0 [M, N] f32 = (flags & 1 ? o0 : 0) + o1 [M, K] @ o2 [K, N], all f32 */
+    NKX_REDUCE,      /* o0 (o1's ndim, 1 in reduced dims) = op(o1) over the dims of bitmask flags */
+    NKX_KIND_COUNT
+} nkx_kind;
+
+typedef struct nkx_instr {
+    int32_t kind;                    /* nkx_kind */
+    int32_t op;
+    int32_t nops;
+    int32_t flags;
+    double value;
+    nkx_operand o[3];
+} nkx_instr;
+
+/* Runs ins[0..n); on failure returns the status and sets *failed_at to the instruction's index. */
+nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, int64_t *failed_at);
+/* sizeof(nkx_instr), sizeof(nkx_operand) and offsetof(nkx_instr, o): the Python side checks its layout. */
+void nkx_layout(int64_t out[3]);
+
 /* ---- threads ---------------------------------------------------------------------------------- */
 /*
  * One pool for the whole library. Workers spin briefly after a job (the next op usually follows at

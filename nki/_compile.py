@@ -1,0 +1,814 @@
+"""The fast path: an NKI kernel traced once per argument signature into a list of library steps, replayed in C.
+
+The first call for a key (kernel function, grid, target, each argument's dtype/shape/strides/offset, the other
+arguments' values, torch device) runs the interpreter as usual while every instruction records itself, with
+its operands resolved to (region, byte offset, shape, element strides, dtype). NKI kernels cannot branch on
+tensor values (the hardware compiler traces them too), so the list is the kernel for every call with that key.
+Later calls hand the list and the argument addresses to ``torch_neuronx._C._nki_exec`` (csrc/kernels/
+nki_exec.c), which calls the kernel library (copies, element-wise, reductions, GEMM) step by step.
+
+Anything the lowering does not know - an instruction without a lowering, a value read back into Python, a
+partial mask, an integer computation - marks the key "interpret": those calls keep running the interpreter,
+which stays the reference. ``NKI_COMPILE=0`` turns the fast path off.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+
+import numpy as np
+
+from . import _core
+
+# nk_dtype codes (neuron_kernels.h)
+_NK = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6, "bfloat16": 7, "float32": 8,
+       "uint16": 10, "uint32": 11}
+_F32 = 8
+_FLOAT_NAMES = ("float32", "bfloat16", "float16")
+FILL, COPY, UNARY, BINARY, GEMM, REDUCE = range(6)
+_UNARY = {"negative": 0, "abs": 1, "exp": 2, "log": 3, "sqrt": 4, "rsqrt": 5, "reciprocal": 6, "sin": 7, "cos": 8,
+          "tanh": 9, "sigmoid": 10, "silu": 11, "gelu": 12, "gelu_apprx_tanh": 13, "relu": 14}
+_BINARY = {"add": (0, 1.0), "subtract": (0, -1.0), "multiply": (1, 1.0), "divide": (2, 1.0), "equal": (5, 1.0),
+           "not_equal": (6, 1.0), "less": (7, 1.0), "less_equal": (8, 1.0), "greater": (9, 1.0),
+           "greater_equal": (10, 1.0), "logical_and": (11, 1.0), "logical_or": (12, 1.0), "logical_xor": (13, 1.0),
+           "power": (17, 1.0), "maximum": (18, 1.0), "minimum": (19, 1.0)}
+_COPY_OPS = ("copy", "bypass")
+_REDUCE = {"add": 0, "sum": 0, "mean": 1, "maximum": 2, "max": 2, "minimum": 3, "min": 3}
+MAX_DIMS = 6
+
+_OP_DT = np.dtype([("region", "<i4"), ("dtype", "<i4"), ("ndim", "<i4"), ("pad", "<i4"), ("offset", "<i8"),
+                   ("sizes", "<i8", (MAX_DIMS,)), ("strides", "<i8", (MAX_DIMS,))])
+_INS_DT = np.dtype([("kind", "<i4"), ("op", "<i4"), ("nops", "<i4"), ("flags", "<i4"), ("value", "<f8"),
+                    ("o", _OP_DT, (3,))])
+
+stats = {"traces": 0, "compiled_calls": 0, "interpreted_calls": 0, "fallbacks": []}
+_PLANS = {}
+_INTERPRET = "interpret"
+_exec = None  # torch_neuronx._C._nki_exec, once loaded; False when unavailable
+
+
+def enabled() -> bool:
+    return os.environ.get("NKI_COMPILE", "0") == "1" and _executor() is not None
+
+
+def _executor():
+    global _exec
+    if _exec is None:
+        try:
+            from torch_neuronx import _C
+
+            lay = list(_C._nki_exec_layout())
+            if lay != [_INS_DT.itemsize, _OP_DT.itemsize, _INS_DT.fields["o"][1]]:
+                raise ImportError(f"nkx_instr layout {lay} differs from nki/_compile.py's")
+            _exec = _C._nki_exec
+        except (ImportError, AttributeError):
+            _exec = False
+    return _exec or None
+
+
+def reset():
+    """Forget every plan and zero the counters (tests)."""
+    _PLANS.clear()
+    stats.update(traces=0, compiled_calls=0, interpreted_calls=0, fallbacks=[])
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+# ----------------------------------------------------------------------------------------------- keys
+def _key_of(x):
+    if isinstance(x, _core.NkiTensor):
+        if x.offsets is not None:
+            return None
+        return ("T", x.dtype.name, x.shape, x.strides, x.offset, x.storage.flat.size)
+    if isinstance(x, (list, tuple)):
+        parts = tuple(_key_of(v) for v in x)
+        return None if any(p is None for p in parts) else (type(x).__name__, parts)
+    if x is None or isinstance(x, (bool, int, float, str, np.integer, np.floating)):
+        return (type(x).__name__, x)
+    if isinstance(x, _core.DType):
+        return ("D", x.name)
+    try:
+        hash(x)
+    except TypeError:
+        return None
+    return ("O", x)
+
+
+def plan_key(kernel, nargs, nkw, target, device):
+    parts = [_key_of(a) for a in nargs] + [(k, _key_of(v)) for k, v in sorted(nkw.items())]
+    if any(p is None or (isinstance(p, tuple) and len(p) == 2 and p[1] is None) for p in parts):
+        return None
+    try:
+        key = (kernel.fn, kernel.grid, target, str(device), tuple(parts))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _tensors(x, out):
+    if isinstance(x, _core.NkiTensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _tensors(v, out)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- shapes
+def _contig(shape):
+    return _core._contig(shape)
+
+
+def _view_strides(olds, oldst, news):
+    """Strides that view (olds, oldst) as shape news without a copy (numpy's no-copy reshape), or None."""
+    if int(np.prod(olds, dtype=np.int64)) != int(np.prod(news, dtype=np.int64)):
+        return None
+    if int(np.prod(news, dtype=np.int64)) == 0:
+        return list(_contig(news))
+    od = [(n, s) for n, s in zip(olds, oldst) if n != 1]
+    dims = [n for n, _ in od]
+    st = [s for _, s in od]
+    newst = [0] * len(news)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(news) and oi < len(dims):
+        np_, op_ = news[ni], dims[oi]
+        while np_ != op_:
+            if np_ < op_:
+                np_ *= news[nj]
+                nj += 1
+            else:
+                op_ *= dims[oj]
+                oj += 1
+        for ok in range(oi, oj - 1):
+            if st[ok] != dims[ok + 1] * st[ok + 1]:
+                return None
+        newst[nj - 1] = st[oj - 1]
+        for nk in range(nj - 1, ni, -1):
+            newst[nk - 1] = newst[nk] * news[nk]
+        ni, nj, oi, oj = nj, nj + 1, oj, oj + 1
+    return newst
+
+
+class Opd:
+    """An operand: a region of the trace, the nk dtype code, shape, element strides and byte offset."""
+
+    __slots__ = ("region", "dt", "shape", "strides", "off", "name")
+
+    def __init__(self, region, dt, shape, strides, off, name):
+        self.region, self.dt, self.shape, self.strides, self.off, self.name = \
+            region, dt, tuple(shape), tuple(strides), off, name
+
+    def reshape(self, shape):
+        shape = tuple(int(s) for s in shape)
+        if shape == self.shape:
+            return self
+        st = _view_strides(self.shape, self.strides, shape)
+        if st is None:
+            raise Unsupported(f"a view of shape {self.shape} strides {self.strides} as {shape}")
+        return Opd(self.region, self.dt, shape, st, self.off, self.name)
+
+    def broadcast(self, shape):
+        """numpy broadcasting (trailing dims aligned) to ``shape``."""
+        shape = tuple(int(s) for s in shape)
+        if shape == self.shape:
+            return self
+        pad = len(shape) - len(self.shape)
+        if pad < 0:
+            raise Unsupported(f"broadcast of {self.shape} to {shape}")
+        src = (1,) * pad + self.shape
+        sst = (0,) * pad + self.strides
+        st = []
+        for n, m, s in zip(src, shape, sst):
+            if n == m:
+                st.append(s)
+            elif n == 1:
+                st.append(0)
+            else:
+                raise Unsupported(f"broadcast of {self.shape} to {shape}")
+        return Opd(self.region, self.dt, shape, st, self.off, self.name)
+
+    def transpose2d(self):
+        if len(self.shape) != 2:
+            raise Unsupported("transpose of a non-2D operand")
+        return Opd(self.region, self.dt, self.shape[::-1], self.strides[::-1], self.off, self.name)
+
+    def byte_range(self):
+        es = _core.to_dtype(self.name).itemsize if self.name != "const" else 4
+        lo = hi = self.off
+        for n, s in zip(self.shape, self.strides):
+            if n > 1:
+                if s < 0:
+                    lo += (n - 1) * s * es
+                else:
+                    hi += (n - 1) * s * es
+        return lo, hi + es
+
+
+# ----------------------------------------------------------------------------------------------- trace
+class Trace:
+    def __init__(self, kernel_name):
+        self.name = kernel_name
+        self.ins = []
+        self.inside = 0
+        self.recorded = False
+        self.bad = None
+        self.regions = [{"kind": "const"}]
+        self.consts = []
+        self.const_idx = {}
+        self.by_storage = weakref.WeakKeyDictionary()
+        self.nargs = 0
+        self.outs = []  # region index of each kernel-allocated HBM tensor, in allocation order
+
+    # -- bookkeeping
+    def fail(self, reason):
+        if self.bad is None:
+            self.bad = f"{_core.user_location()}: {reason}"
+
+    def _new_region(self, kind, **kw):
+        self.regions.append(dict(kind=kind, **kw))
+        return len(self.regions) - 1
+
+    def add_arg(self, t):
+        root = _root(t.storage)
+        if root not in self.by_storage:
+            self.by_storage[root] = (self._new_region("arg", index=self.nargs), _ptr(root.flat))
+        self.nargs += 1
+
+    def on_alloc(self, t, fill):
+        """A fresh allocation: an on-chip region (arena bytes) or a kernel HBM output, and its fill."""
+        if self.bad is not None:
+            return
+        st = t.storage
+        if st.buffer.on_chip:
+            r = self._new_region("chip", nbytes=st.flat.nbytes)
+        else:
+            r = self._new_region("out", shape=t.shape, dtype=t.dtype, offset=t.offset, nbytes=st.flat.nbytes,
+                                 index=len(self.outs))
+            self.outs.append(r)
+        self.by_storage[st] = (r, _ptr(st.flat))
+        if t.size == 0:
+            return
+        try:
+            if fill == "zeros":
+                self.fill(t, 0)
+            else:
+                self.fill(t, _core._fill_value(t.dtype))
+        except Unsupported as e:
+            self.fail(str(e))
+
+    def on_fill(self, t, value):
+        if self.bad is None and t.size:
+            try:
+                self.fill(t, value)
+            except Unsupported as e:
+                self.fail(str(e))
+
+    def temp(self, shape, name="float32"):
+        dt = _core.to_dtype(name)
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        r = self._new_region("chip", nbytes=n * dt.itemsize)
+        return Opd(r, _NK[name], shape, _contig(shape), 0, name)
+
+    def const(self, v, shape):
+        v = float(np.float32(v))
+        key = np.float32(v).tobytes()
+        i = self.const_idx.get(key)
+        if i is None:
+            i = self.const_idx[key] = len(self.consts)
+            self.consts.append(v)
+        return Opd(0, _F32, shape, (0,) * len(shape), 4 * i, "const")
+
+    def emit(self, kind, ops, op=0, value=0.0, flags=0):
+        for o in ops:
+            if len(o.shape) > MAX_DIMS:
+                raise Unsupported(f"{len(o.shape)} dimensions (the executor takes {MAX_DIMS})")
+        self.ins.append((kind, op, float(value), int(flags), ops))
+        self.recorded = True
+
+    # -- operands
+    def opd(self, t, mask=None, write=False):
+        if not isinstance(t, _core.NkiTensor):
+            raise Unsupported(f"operand of type {type(t).__name__}")
+        if mask is not None and not np.all(np.broadcast_to(np.asarray(mask, dtype=bool), t.shape)):
+            raise Unsupported("a mask that leaves elements out")
+        name = t.dtype.name
+        if name == "tfloat32" and not write:
+            name = "float32"  # tf32 values are stored as fp32 already rounded: reading them is exact
+        if name not in _NK:
+            raise Unsupported(f"dtype {t.dtype}")
+        root = _root(t.storage)
+        ent = self.by_storage.get(root)
+        if ent is None:
+            raise Unsupported("memory outside the kernel's arguments and allocations")
+        region, base = ent
+        extra = _ptr(t.storage.flat) - base
+        if t.offsets is not None:
+            if t.oob is not None and t.oob.any():
+                raise Unsupported("an index array out of bounds")
+            shape, strides, off = _affine(t.offsets)
+        else:
+            shape, strides, off = t.shape, t.strides, t.offset
+        return Opd(region, _NK[name], shape, strides, extra + off * t.dtype.itemsize, name)
+
+    def value_opd(self, x, shape):
+        """A compute operand: a tile (broadcast to shape) or a scalar from the constant pool."""
+        if isinstance(x, _core.NkiTensor):
+            o = self.opd(x)
+            if o.name not in _FLOAT_NAMES:
+                raise Unsupported(f"compute on {o.name}")
+            return o
+        if isinstance(x, (bool, int, float, np.integer, np.floating)) or (isinstance(x, np.ndarray) and x.ndim == 0):
+            return self.const(float(x), shape)
+        raise Unsupported(f"compute operand of type {type(x).__name__}")
+
+    # -- steps
+    def fill(self, t, value):
+        d = self.opd(t, write=True)
+        if d.name in _FLOAT_NAMES or d.name == "float32":
+            enc = t.dtype.encode(np.asarray(value))
+            v = float(np.asarray(t.dtype.decode(enc)).reshape(-1)[0])
+        else:
+            v = float(np.asarray(t.dtype.encode(np.asarray(value))).reshape(-1)[0])
+        self.emit(FILL, [d], value=v)
+
+    def copy(self, dst: Opd, src: Opd):
+        if src.shape != dst.shape:
+            src = src.reshape(dst.shape) if int(np.prod(src.shape, dtype=np.int64)) == int(
+                np.prod(dst.shape, dtype=np.int64)) else src.broadcast(dst.shape)
+        if src.dt != dst.dt and not (src.name in _FLOAT_NAMES + ("const",) and dst.name in _FLOAT_NAMES):
+            raise Unsupported(f"copy {src.name} -> {dst.name}")
+        if src.region == dst.region and src.region != 0 and not (src.off == dst.off and src.strides == dst.strides):
+            a, b = src.byte_range(), dst.byte_range()
+            if a[0] < b[1] and b[0] < a[1]:  # nk_copy takes no partial overlap: stage through a temporary
+                tmp = self.temp(src.shape, src.name)
+                self.emit(COPY, [tmp, src])
+                src = tmp
+        self.emit(COPY, [dst, src])
+
+    def apply(self, op, dst: Opd, srcs):
+        """dst = op(*srcs) in fp32, rounded once to dst's dtype (srcs already of dst's shape)."""
+        name = getattr(op, "name", None)
+        if dst.name not in _FLOAT_NAMES:
+            raise Unsupported(f"compute into {dst.name}")
+        arity = getattr(op, "arity", None)
+        if arity == 1 or len(srcs) == 1:
+            x = srcs[0]
+            if name in _COPY_OPS:
+                return self.copy(dst, x)
+            if name == "square":
+                return self.emit(BINARY, [dst, x, x], op=1)
+            if name not in _UNARY:
+                raise Unsupported(f"operator {op!r}")
+            return self.emit(UNARY, [dst, x], op=_UNARY[name])
+        if name not in _BINARY:
+            raise Unsupported(f"operator {op!r}")
+        code, alpha = _BINARY[name]
+        self.emit(BINARY, [dst] + list(srcs), op=code, value=alpha)
+
+    def gemm(self, dst: Opd, a: Opd, b: Opd, accumulate: bool):
+        """dst[M, N] (+)= a[M, K] @ b[K, N], fp32 accumulation."""
+        if a.dt != _F32:
+            t = self.temp(a.shape)
+            self.copy(t, a)
+            a = t
+        if b.dt != _F32:
+            t = self.temp(b.shape)
+            self.copy(t, b)
+            b = t
+        if dst.dt == _F32:
+            return self.emit(GEMM, [dst, a, b], flags=1 if accumulate else 0)
+        t = self.temp(dst.shape)
+        self.emit(GEMM, [t, a, b], flags=0)
+        if accumulate:
+            self.emit(BINARY, [dst, dst, t], op=0, value=1.0)
+        else:
+            self.copy(dst, t)
+
+    def reduce(self, dst_t, src: Opd, opname, axes, negate=False, mask=None):
+        if opname not in _REDUCE:
+            raise Unsupported(f"reduction {opname}")
+        nd = len(src.shape)
+        axes = sorted({int(a) % nd for a in axes})
+        keep = tuple(1 if i in axes else n for i, n in enumerate(src.shape))
+        dst = self.opd(dst_t, mask).reshape(keep)
+        if src.name not in _FLOAT_NAMES or dst.name not in _FLOAT_NAMES:
+            raise Unsupported(f"reduction of {src.name} into {dst.name}")
+        if src.dt != _F32:
+            t = self.temp(src.shape)
+            self.copy(t, src)
+            src = t
+        flags = sum(1 << a for a in axes)
+        if dst.dt == _F32 and not negate:
+            return self.emit(REDUCE, [dst, src], op=_REDUCE[opname], flags=flags)
+        t = self.temp(keep)
+        self.emit(REDUCE, [t, src], op=_REDUCE[opname], flags=flags)
+        if negate:
+            self.emit(UNARY, [dst, t], op=_UNARY["negative"])
+        else:
+            self.copy(dst, t)
+
+    # -- plan
+    def finalize(self, result):
+        if self.bad is not None:
+            return None
+        tmpl = _template(result, self)
+        if tmpl is None:
+            self.bad = "the kernel returns something other than HBM tensors and Python values"
+            return None
+        return Plan(self, tmpl)
+
+
+def _root(st):
+    while st.parent is not None:
+        st = st.parent
+    return st
+
+
+def _affine(offs):
+    """(shape, strides, offset) of an index-array view whose element offsets are affine in the index."""
+    offs = np.asarray(offs, dtype=np.int64)
+    shape = offs.shape
+    if offs.size == 0:
+        return shape, _contig(shape), 0
+    base = int(offs.reshape(-1)[0])
+    strides = []
+    for d, n in enumerate(shape):
+        if n > 1:
+            idx = [0] * len(shape)
+            idx[d] = 1
+            strides.append(int(offs[tuple(idx)]) - base)
+        else:
+            strides.append(0)
+    expect = np.full(shape, base, dtype=np.int64)
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        sh = [1] * len(shape)
+        sh[d] = n
+        expect = expect + np.arange(n, dtype=np.int64).reshape(sh) * s
+    if not np.array_equal(expect, offs):
+        raise Unsupported("an index-array access that is not a strided pattern")
+    return shape, tuple(strides), base
+
+
+def _template(r, tr):
+    if isinstance(r, _core.NkiTensor):
+        if r.offsets is not None or r.buffer.on_chip:
+            return None
+        ent = tr.by_storage.get(r.storage)
+        if ent is None:
+            return None
+        reg = tr.regions[ent[0]]
+        return ("T", reg["kind"], reg.get("index", ent[0]), r.shape, r.strides, r.offset)
+    if isinstance(r, (list, tuple)):
+        parts = [_template(v, tr) for v in r]
+        return None if any(p is None for p in parts) else (type(r), parts)
+    if isinstance(r, dict):
+        parts = {k: _template(v, tr) for k, v in r.items()}
+        return None if any(p is None for p in parts.values()) else (dict, parts)
+    if r is None or isinstance(r, (bool, int, float, str)):
+        return ("V", r)
+    return None
+
+
+class Plan:
+    """A traced kernel: the packed instruction list, the arena layout and how to build the result."""
+
+    def __init__(self, tr: Trace, tmpl):
+        self.name = tr.name
+        self.template = tmpl
+        # Arena: on-chip regions (tiles and temporaries) live from their first to their last step; a region
+        # whose life is over gives its bytes back (first fit, 64-byte aligned).
+        first, last = {}, {}
+        for i, (_, _, _, _, ops) in enumerate(tr.ins):
+            for o in ops:
+                first.setdefault(o.region, i)
+                last[o.region] = i
+        ends = {}
+        for r, i in last.items():
+            ends.setdefault(i, []).append(r)
+        starts = {}
+        for r, i in first.items():
+            starts.setdefault(i, []).append(r)
+        free = []  # (offset, size)
+        top = 0
+        arena_off = {}
+        for i in range(len(tr.ins)):
+            for r in starts.get(i, ()):
+                reg = tr.regions[r]
+                if reg["kind"] != "chip":
+                    continue
+                size = (max(reg["nbytes"], 1) + 63) // 64 * 64
+                for j, (off, sz) in enumerate(free):
+                    if sz >= size:
+                        arena_off[r] = off
+                        if sz == size:
+                            free.pop(j)
+                        else:
+                            free[j] = (off + size, sz - size)
+                        break
+                else:
+                    arena_off[r] = top
+                    top += size
+            for r in ends.get(i, ()):
+                reg = tr.regions[r]
+                if reg["kind"] == "chip":
+                    size = (max(reg["nbytes"], 1) + 63) // 64 * 64
+                    free.append((arena_off[r], size))
+                    free.sort()
+                    merged = []
+                    for off, sz in free:
+                        if merged and merged[-1][0] + merged[-1][1] == off:
+                            merged[-1] = (merged[-1][0], merged[-1][1] + sz)
+                        else:
+                            merged.append((off, sz))
+                    free = merged
+        self.arena = np.zeros(top + 64, dtype=np.uint8)
+        self.consts = np.asarray(tr.consts or [0.0], dtype=np.float32)
+        # final region ids: 0 arena, 1 constants, 2.. arguments, then the kernel's HBM outputs
+        self.nargs = tr.nargs
+        final = {}
+        for r, reg in enumerate(tr.regions):
+            if reg["kind"] == "arg":
+                final[r] = 2 + reg["index"]
+        self.outs = []
+        for j, r in enumerate(tr.outs):
+            final[r] = 2 + tr.nargs + j
+            reg = tr.regions[r]
+            self.outs.append((reg["shape"], reg["dtype"], reg["offset"]))
+        ins = np.zeros(len(tr.ins), dtype=_INS_DT)
+        for i, (kind, op, value, flags, ops) in enumerate(tr.ins):
+            rec = ins[i]
+            rec["kind"], rec["op"], rec["nops"], rec["flags"], rec["value"] = kind, op, len(ops), flags, value
+            for k, o in enumerate(ops):
+                reg = tr.regions[o.region]
+                if reg["kind"] == "chip":
+                    region, off = 0, arena_off[o.region] + o.off
+                elif reg["kind"] == "const":
+                    region, off = 1, o.off
+                else:
+                    region, off = final[o.region], o.off
+                rec["o"][k]["region"] = region
+                rec["o"][k]["dtype"] = o.dt
+                rec["o"][k]["ndim"] = len(o.shape)
+                rec["o"][k]["offset"] = off
+                rec["o"][k]["sizes"][:len(o.shape)] = o.shape
+                rec["o"][k]["strides"][:len(o.shape)] = o.strides
+        self.ins = ins
+        self.bases = np.zeros(2 + self.nargs + len(self.outs), dtype=np.uint64)
+        self.arena_ptr = (_ptr(self.arena) + 63) // 64 * 64
+        self.bases[0] = self.arena_ptr
+        self.bases[1] = _ptr(self.consts)
+        self.steps = len(tr.ins)
+
+    def run(self, nargs, nkw, torch_device):
+        args = _tensors(list(nargs) + [nkw[k] for k in sorted(nkw)], [])
+        if len(args) != self.nargs:
+            raise RuntimeError("nki compiled kernel: argument count changed")
+        bases = self.bases
+        for i, t in enumerate(args):
+            bases[2 + i] = _ptr(t.storage.flat)
+        outs = []
+        for j, (shape, dt, _off) in enumerate(self.outs):
+            t = _new_output(shape, dt, torch_device)
+            outs.append(t)
+            bases[2 + self.nargs + j] = _ptr(t.storage.flat)
+        _exec(_ptr(self.ins), self.steps, _ptr(bases), len(bases))
+        return _build(self.template, args, outs)
+
+
+def _new_output(shape, dt, torch_device):
+    """An HBM tensor the kernel allocates; its NaN fill is the plan's first step that touches it."""
+    if torch_device is not None:
+        import torch
+
+        from . import _torch_bridge
+
+        t = torch.empty(tuple(shape), dtype=_torch_bridge.torch_dtype(dt), device=torch_device)
+        st = _torch_bridge.storage_of(t, dt)
+        return _core.NkiTensor(st, shape, _contig(shape), t.storage_offset())
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return _core.NkiTensor(_core.Storage(np.empty(n, dtype=dt.storage), dt, _core.shared_hbm), shape,
+                           _contig(shape), 0)
+
+
+def _build(tmpl, args, outs):
+    tag = tmpl[0]
+    if tag == "V":
+        return tmpl[1]
+    if tag == "T":
+        _, kind, idx, shape, strides, offset = tmpl
+        src = args[idx] if kind == "arg" else outs[idx]
+        return _core.NkiTensor(src.storage, shape, strides, offset)
+    if tag is dict:
+        return {k: _build(v, args, outs) for k, v in tmpl[1].items()}
+    return tag(_build(v, args, outs) for v in tmpl[1])
+
+
+# ----------------------------------------------------------------------------------------------- hooks
+def instr(fn):
+    """Marks an interpreter function as an instruction with a lowering: while tracing, its own reads and
+    writes are expected, and it must record its steps (or the trace falls back to interpreting)."""
+
+    @functools.wraps(fn)
+    def w(*a, **k):
+        tr = _core.TRACE
+        if tr is None:
+            return fn(*a, **k)
+        if tr.inside == 0:
+            tr.recorded = False
+        tr.inside += 1
+        try:
+            res = fn(*a, **k)
+        finally:
+            tr.inside -= 1
+        if tr.inside == 0 and not tr.recorded and tr.bad is None:
+            tr.fail(f"{fn.__module__}.{fn.__name__} (this form) has no lowering")
+        return res
+
+    return w
+
+
+def record(fn, *args):
+    """Runs ``fn(trace, *args)`` if this is the outermost instruction of an active, still lowerable trace."""
+    tr = _core.TRACE
+    if tr is None or tr.inside != 1 or tr.bad is not None:
+        return
+    try:
+        fn(tr, *args)
+    except Unsupported as e:
+        tr.fail(str(e))
+
+
+# ----------------------------------------------------------------------------------------------- lowerings
+# Each rec_* runs after the interpreter executed the instruction (so tiles it allocated exist) and records the
+# same computation as library steps. They raise Unsupported for anything they do not reproduce exactly.
+def out_opd(tr, t, shape, mask=None):
+    """The destination of a result of ``shape``: the interpreter reshapes a result of dst's size into dst."""
+    return tr.opd(t, mask, write=True).reshape(shape) if tuple(t.shape) != tuple(shape) else tr.opd(t, mask, True)
+
+
+def rec_copy(tr, dst, src, mask=None):
+    d = tr.opd(dst, mask, write=True)
+    s = src if isinstance(src, Opd) else tr.opd(src)
+    tr.copy(d, s)
+
+
+def rec_fill(tr, dst, value, mask=None):
+    tr.opd(dst, mask, write=True)  # checks the mask
+    tr.fill(dst, value)
+
+
+def rec_store(tr, dst, value, mask=None):
+    if isinstance(value, _core.NkiTensor):
+        rec_copy(tr, dst, value, mask)
+    elif isinstance(value, (bool, int, float, np.integer, np.floating)):
+        rec_fill(tr, dst, value, mask)
+    else:
+        raise Unsupported(f"a store of {type(value).__name__}")
+
+
+def _float_srcs(srcs):
+    for s in srcs:
+        if s.name not in _FLOAT_NAMES + ("const",):
+            raise Unsupported(f"compute on {s.name}")
+
+
+def rec_chain(tr, dst, data, steps, mask=None):
+    """dst = step_n(...step_1(data)): each step (op, operand, reverse) with operand None, a scalar, an Opd or a
+    (P, 1) tile broadcast along the free dims; intermediates stay fp32 as in the interpreter's numpy chain."""
+    x = tr.opd(data)
+    _float_srcs([x])
+    shape = x.shape
+    steps = [s for s in steps if s[0] is not None]
+    d = out_opd(tr, dst, shape, mask)
+    if not steps:
+        return tr.copy(d, x)
+    for i, (op, operand, rev) in enumerate(steps):
+        target = d if i == len(steps) - 1 else tr.temp(shape)
+        if getattr(op, "arity", 2) == 1:
+            tr.apply(op, target, [x])
+        else:
+            if isinstance(operand, Opd):
+                o = operand
+            elif isinstance(operand, _core.NkiTensor):
+                o = tr.opd(operand)
+                o = o.reshape((o.shape[0],) + (1,) * (len(shape) - 1)).broadcast(shape)
+            else:
+                o = tr.value_opd(operand, shape)
+            _float_srcs([o])
+            tr.apply(op, target, [o, x] if rev else [x, o])
+        x = target
+
+
+def rec_binary_tiles(tr, out, x, y, op):
+    """The tile API's out = op(x, y) (or op(x)): partition-first alignment, then numpy broadcasting."""
+    shape = out.shape
+    ops = []
+    tiles = [v for v in (x, y) if isinstance(v, _core.NkiTensor)]
+    for v in ((x,) if y is None else (x, y)):
+        if isinstance(v, _core.NkiTensor):
+            o = tr.value_opd(v, shape)
+            other = next((t for t in tiles if t is not v), None)
+            if other is not None and len(v.shape) < len(other.shape) and v.shape and v.shape[0] == other.shape[0]:
+                o = o.reshape(tuple(o.shape) + (1,) * (len(other.shape) - len(v.shape)))
+            ops.append(o.broadcast(shape))
+        else:
+            ops.append(tr.value_opd(v, shape))
+    tr.apply(op, tr.opd(out, write=True), ops)
+
+
+def rec_matmul(tr, dst, st, mv, accumulate, shape_m_n=None):
+    k = st.shape[0]
+    m = int(np.prod(st.shape[1:], dtype=np.int64)) if len(st.shape) > 1 else 1
+    n = int(np.prod(mv.shape[1:], dtype=np.int64)) if len(mv.shape) > 1 else 1
+    a = tr.opd(st).reshape((k, m)).transpose2d()
+    b = tr.opd(mv).reshape((k, n))
+    tr.gemm(tr.opd(dst, write=True).reshape((m, n)), a, b, accumulate)
+
+
+def rec_nl_matmul(tr, out, x, y, transpose_x):
+    a = tr.opd(x)
+    a = a.transpose2d() if transpose_x else a
+    tr.gemm(tr.opd(out, write=True), a, tr.opd(y), False)
+
+
+def reduce_name(op):
+    from . import language as nl
+
+    if isinstance(op, nl._Op):
+        return op.name
+    for name in ("sum", "max", "min", "mean"):
+        if op is getattr(nl, name) or op is getattr(np, name):
+            return name
+    raise Unsupported(f"reduction {op!r}")
+
+
+def rec_reduce(tr, dst, data, op, axis, negate=False, mask=None):
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    tr.reduce(dst, tr.opd(data), reduce_name(op), axes, negate, mask)
+
+
+def rec_transpose(tr, dst, src):
+    s = tr.opd(src)
+    p = s.shape[0]
+    f = int(np.prod(s.shape[1:], dtype=np.int64)) if len(s.shape) > 1 else 1
+    s = s.reshape((p, f)).transpose2d()
+    tr.copy(out_opd(tr, dst, (f, p)), s)
+
+
+def rec_accumulate(tr, dst, res, open_all, open_none):
+    d = tr.opd(dst, write=True)
+    r = tr.opd(res).reshape(d.shape)
+    if open_all:
+        tr.emit(BINARY, [d, d, r], op=0, value=1.0)
+    elif open_none:
+        tr.copy(d, r)
+    else:
+        raise Unsupported("a PSUM accumulation group open on part of the tile")
+
+
+def _install_tensor_hooks():
+    """Lowerings of the NkiTensor operators (``t += x``, ``psum += matmul``, ``t[k] = v``)."""
+    T = _core.NkiTensor
+    inplace, accumulate, setitem = T._inplace, T._accumulate, T.__setitem__
+
+    @instr
+    def _inplace(self, o, name):
+        from . import language as nl
+
+        res = inplace(self, o, name)
+        record(lambda tr: tr.apply(getattr(nl, name), tr.opd(self, write=True),
+                                   [tr.opd(self), tr.value_opd(o, self.shape).broadcast(self.shape)]))
+        return res
+
+    @instr
+    def _accumulate(self, o):
+        acc = self.storage.acc
+        open_ = acc[self.offsets] if self.offsets is not None else self.acc_view()
+        flags = (bool(np.all(open_)), not bool(np.any(open_))) if _core.TRACE is not None else None
+        res = accumulate(self, o)
+        record(rec_accumulate, self, o, *flags) if flags else None
+        return res
+
+    @instr
+    def __setitem__(self, key, value):
+        setitem(self, key, value)
+        dst = self[key]
+        if dst._same_view(value):
+            if _core.TRACE is not None:
+                _core.TRACE.recorded = True
+            return
+        record(rec_store, dst, value)
+
+    T._inplace, T._accumulate, T.__setitem__ = _inplace, _accumulate, __setitem__
+
+
+_install_tensor_hooks()
