@@ -160,14 +160,16 @@ class Kernel:
         nargs = [conv.to_nki(a) for a in args]
         nkw = {k: conv.to_nki(v) for k, v in kwargs.items()}
         target = _core.resolve_target(self.options.get("platform_target"))
-        key = _compile.plan_key(self, nargs, nkw, target, conv.torch_device) if _compile.enabled() else None
+        # The fast path serves kernels called with torch tensors; numpy arrays and nki.simulate run the interpreter.
+        fast = conv.torch_device is not None and not self.simulate and _compile.enabled()
+        key = _compile.plan_key(self, nargs, nkw, target, conv.torch_device) if fast else None
         plan = _compile._PLANS.get(key) if key is not None else None
         if plan is not None and plan is not _compile._INTERPRET:
             try:
                 result = plan.run(nargs, nkw, conv.torch_device)
             finally:
                 conv.finish()
-            _compile.stats["compiled_calls"] += 1
+            _compile.bump("compiled_calls")
             return conv.from_nki(result)
         trace = None
         if key is not None and plan is None and _core.TRACE is None:
@@ -189,12 +191,12 @@ class Kernel:
         finally:
             _core.TRACE = None
             conv.finish()
-        _compile.stats["interpreted_calls"] += 1
+        _compile.bump("interpreted_calls")
         if trace is not None:
-            _compile.stats["traces"] += 1
+            _compile.bump("traces")
             plan = trace.finalize(result)
             if plan is None:
-                _compile.stats["fallbacks"].append((trace.name, trace.bad))
+                _compile.bump("fallbacks", (trace.name, trace.bad))
             _compile._PLANS[key] = plan if plan is not None else _compile._INTERPRET
         return conv.from_nki(result)
 

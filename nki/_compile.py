@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -45,6 +46,7 @@ _INS_DT = np.dtype([("kind", "<i4"), ("op", "<i4"), ("nops", "<i4"), ("flags", "
 
 stats = {"traces": 0, "compiled_calls": 0, "interpreted_calls": 0, "fallbacks": []}
 _PLANS = {}
+_LOCK = threading.Lock()  # the counters (plans are set and read whole: a dict item is atomic under the GIL)
 _INTERPRET = "interpret"
 _exec = None  # torch_neuronx._C._nki_exec, once loaded; False when unavailable
 
@@ -66,6 +68,14 @@ def _executor():
         except (ImportError, AttributeError):
             _exec = False
     return _exec or None
+
+
+def bump(name, item=None):
+    with _LOCK:
+        if item is None:
+            stats[name] += 1
+        else:
+            stats[name].append(item)
 
 
 def reset():
@@ -567,20 +577,20 @@ class Plan:
         self.bases[0] = self.arena_ptr
         self.bases[1] = _ptr(self.consts)
         self.steps = len(tr.ins)
+        self.lock = threading.Lock()  # one arena and one base table per plan: one replay at a time
 
     def run(self, nargs, nkw, torch_device):
         args = _tensors(list(nargs) + [nkw[k] for k in sorted(nkw)], [])
         if len(args) != self.nargs:
             raise RuntimeError("nki compiled kernel: argument count changed")
-        bases = self.bases
-        for i, t in enumerate(args):
-            bases[2 + i] = _ptr(t.storage.flat)
-        outs = []
-        for j, (shape, dt, _off) in enumerate(self.outs):
-            t = _new_output(shape, dt, torch_device)
-            outs.append(t)
-            bases[2 + self.nargs + j] = _ptr(t.storage.flat)
-        _exec(_ptr(self.ins), self.steps, _ptr(bases), len(bases))
+        outs = [_new_output(shape, dt, torch_device) for shape, dt, _off in self.outs]
+        with self.lock:
+            bases = self.bases
+            for i, t in enumerate(args):
+                bases[2 + i] = _ptr(t.storage.flat)
+            for j, t in enumerate(outs):
+                bases[2 + self.nargs + j] = _ptr(t.storage.flat)
+            _exec(_ptr(self.ins), self.steps, _ptr(bases), len(bases))
         return _build(self.template, args, outs)
 
 
@@ -688,7 +698,7 @@ def rec_chain(tr, dst, data, steps, mask=None):
     _float_srcs([x])
     shape = x.shape
     steps = [s for s in steps if s[0] is not None]
-    d = out_opd(tr, dst, shape, mask)
+    d = out_opd(tr, dst, shape, mask) if not isinstance(dst, Opd) else dst
     if not steps:
         return tr.copy(d, x)
     for i, (op, operand, rev) in enumerate(steps):
@@ -706,6 +716,31 @@ def rec_chain(tr, dst, data, steps, mask=None):
             _float_srcs([o])
             tr.apply(op, target, [o, x] if rev else [x, o])
         x = target
+
+
+def rec_activation_reduce(tr, res, data, steps, rop, rres, mask=None):
+    """activation with reduce_cmd reset_reduce: res = f(...), rres = 0 (op) reduce(f(...) in fp32, free axes)."""
+    if mask is not None:
+        raise Unsupported("a masked activation reduce")
+    x = tr.opd(data)
+    shape = x.shape
+    nd = len(shape)
+    keep = (shape[0],) + (1,) * (nd - 1)
+    name = reduce_name(rop)
+    if name not in _REDUCE or name == "mean" or nd < 2:
+        raise Unsupported(f"activation reduce with {rop!r}")
+    if int(np.prod(rres.shape, dtype=np.int64)) != shape[0]:
+        raise Unsupported("a reduce_res that is not one value per partition")
+    full = tr.temp(shape)
+    rec_chain(tr, full, data, steps)
+    tr.copy(out_opd(tr, res, shape), full)
+    red = tr.temp(keep)
+    tr.emit(REDUCE, [red, full], op=_REDUCE[name], flags=sum(1 << a for a in range(1, nd)))
+    from . import language as nl
+
+    tr.apply(getattr(nl, {"add": "add", "sum": "add", "max": "maximum", "maximum": "maximum", "min": "minimum",
+                          "minimum": "minimum"}[name]), tr.opd(rres, write=True).reshape(keep),
+             [tr.const(0.0, keep), red])
 
 
 def rec_binary_tiles(tr, out, x, y, op):

@@ -288,8 +288,25 @@ class Launch:
 _tls = threading.local()
 # The nki._compile.Trace recording the running kernel, or None. Direct reads and writes of tensor values
 # outside a lowered instruction (a value read back into Python, an instruction without a lowering) mark the
-# trace as not lowerable.
-TRACE = None
+# trace as not lowerable. Per thread (two threads may run kernels at once): ``_core.TRACE`` reads and sets this
+# thread's trace through the module class below; code in this module calls _trace().
+
+
+def _trace():
+    return getattr(_tls, "trace", None)
+
+
+class _CoreModule(type(sys)):
+    @property
+    def TRACE(self):
+        return getattr(_tls, "trace", None)
+
+    @TRACE.setter
+    def TRACE(self, tr):
+        _tls.trace = tr
+
+
+sys.modules[__name__].__class__ = _CoreModule
 
 
 def current() -> Instance | None:
@@ -352,19 +369,20 @@ def allocate(shape, dtype: DType, buffer, fill="poison"):
             t = _new_hbm(tuple(int(s) for s in shape), dtype, launch)
             launch.shared.append(t)
             inst.shared_idx += 1
-            if TRACE is not None:
-                TRACE.on_alloc(t, fill)
+            if _trace() is not None:
+                _trace().on_alloc(t, fill)
                 fill = None  # its fill is recorded with the allocation
         else:
             t = _new_hbm(tuple(int(s) for s in shape), dtype, None)
         if fill == "zeros":
-            if TRACE is not None:
-                TRACE.inside += 1  # the zero fill is a step of its own (recorded below)
+            tr = _trace()
+            if tr is not None:
+                tr.inside += 1  # the zero fill is a step of its own (recorded below)
                 try:
                     t.write(np.zeros(1, np.float32))
                 finally:
-                    TRACE.inside -= 1
-                TRACE.on_fill(t, 0)
+                    tr.inside -= 1
+                tr.on_fill(t, 0)
             else:
                 t.write(np.zeros(1, np.float32))
         return t
@@ -401,8 +419,9 @@ def allocate(shape, dtype: DType, buffer, fill="poison"):
     if inst is not None and per_part:
         weakref.finalize(st, inst.release, buffer.name, per_part)
     t = NkiTensor(st, shape, _contig(shape), 0)
-    if TRACE is not None:
-        TRACE.on_alloc(t, fill)
+    tr = _trace()
+    if tr is not None:
+        tr.on_alloc(t, fill)
     return t
 
 
@@ -491,8 +510,9 @@ class NkiTensor:
         return offs, sel
 
     def raw(self, mask=None):
-        if TRACE is not None and TRACE.inside == 0:
-            TRACE.fail(f"a {self.buffer.name} tensor read outside a lowered instruction")
+        tr = _trace()
+        if tr is not None and tr.inside == 0:
+            tr.fail(f"a {self.buffer.name} tensor read outside a lowered instruction")
         if self.offsets is not None:
             offs, sel = self._gather_offsets(mask)
             out = self.storage.flat[np.where(self.oob, 0, offs)]
@@ -517,8 +537,9 @@ class NkiTensor:
 
     def write(self, values, mask=None):
         """Store values, rounded to this tensor's dtype."""
-        if TRACE is not None and TRACE.inside == 0:
-            TRACE.fail(f"a {self.buffer.name} tensor written outside a lowered instruction")
+        tr = _trace()
+        if tr is not None and tr.inside == 0:
+            tr.fail(f"a {self.buffer.name} tensor written outside a lowered instruction")
         v = np.asarray(values)
         if v.shape != self.shape:
             try:

@@ -452,14 +452,16 @@ def activation(*args, **kw):
         out = f(x)
     res = _out(b.get("dst"), out, b.get("dtype") or data.dtype, "activation", mask=b.get("mask"))
     _activation_reduce(out, p, b.get("reduce_op"), b.get("reduce_res"), b.get("reduce_cmd", reduce_cmd.idle))
-    if b.get("reduce_op") is None and b.get("reduce_res") is None and \
-            b.get("reduce_cmd", reduce_cmd.idle) in (None, reduce_cmd.idle):
-        sc = b.get("scale")
-        one = sc is None or (not isinstance(sc, NkiTensor) and float(sc) == 1.0)  # x * 1.0 is x
-        _compile.record(_compile.rec_chain, res, data,
-                        [(None if one else nl.multiply, sc, False),
-                         (nl.add if b.get("bias") is not None else None, b.get("bias"), False),
-                         (b["op"] if isinstance(b["op"], nl._Op) else _NOT_LOWERED, None, False)], b.get("mask"))
+    sc = b.get("scale")
+    one = sc is None or (not isinstance(sc, NkiTensor) and float(sc) == 1.0)  # x * 1.0 is x
+    steps = [(None if one else nl.multiply, sc, False),
+             (nl.add if b.get("bias") is not None else None, b.get("bias"), False),
+             (b["op"] if isinstance(b["op"], nl._Op) else _NOT_LOWERED, None, False)]
+    rop, rres, cmd = b.get("reduce_op"), b.get("reduce_res"), b.get("reduce_cmd", reduce_cmd.idle)
+    if rop is None and rres is None and cmd in (None, reduce_cmd.idle):
+        _compile.record(_compile.rec_chain, res, data, steps, b.get("mask"))
+    elif rop is not None and rres is not None and cmd in (None, reduce_cmd.idle, reduce_cmd.reset_reduce):
+        _compile.record(_compile.rec_activation_reduce, res, data, steps, rop, rres, b.get("mask"))
     return res
 
 

@@ -1,0 +1,395 @@
+"""The NKI fast path (nki/_compile.py + csrc/kernels/nki_exec.c): each kernel runs with the fast path off (the
+interpreter, the reference) and on (traced on the first call, replayed in C after), and the replay must give the
+interpreter's result: bitwise where both compute the same operations in the same order (copies, element-wise
+fp32 math with one rounding, max reductions, GEMM tiles whose K fits one micro-kernel pass), else within a tight
+tolerance whose reason is given at the call. Every test also checks that the call was replayed, not interpreted,
+so a lowering that silently falls back fails here."""
+
+import importlib.util
+import os
+import re
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import nki
+import nki.isa as nisa
+import nki.language as nl
+from nki import _compile
+
+torch = pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _dev():
+    import torch_neuronx  # noqa: F401
+
+    if not hasattr(torch, "neuron") or torch.neuron.device_count() == 0:
+        pytest.skip("no neuron device")
+    if _compile._executor() is None:
+        pytest.skip("torch_neuronx._C has no _nki_exec")
+    return torch.device("neuron")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("NKI_COMPILE", "1")
+    nki.reset_compile_cache()
+    yield
+    nki.reset_compile_cache()
+
+
+def _cpu(r):
+    if isinstance(r, (list, tuple)):
+        return type(r)(_cpu(x) for x in r)
+    return r.cpu().clone() if isinstance(r, torch.Tensor) else r
+
+
+def both(kernel, make_args, monkeypatch, calls=2):
+    """(interpreted result, replayed result); make_args() builds fresh device arguments for each call (kernels
+    may write into them). Asserts the replayed calls really ran the compiled plan."""
+    monkeypatch.setenv("NKI_COMPILE", "0")
+    ref = _cpu(kernel(*make_args()))
+    monkeypatch.setenv("NKI_COMPILE", "1")
+    first = _cpu(kernel(*make_args()))  # traced: runs the interpreter while recording
+    st = nki.compile_stats()
+    assert st["fallbacks"] == [], st["fallbacks"]
+    out = None
+    for _ in range(calls - 1):
+        before = nki.compile_stats()["compiled_calls"]
+        out = _cpu(kernel(*make_args()))
+        assert nki.compile_stats()["compiled_calls"] == before + 1, nki.compile_stats()
+    _same(first, ref)
+    return ref, out
+
+
+def _same(a, b):
+    if isinstance(a, (list, tuple)):
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_nki_for_tests", ROOT / "benchmarks" / "bench_nki.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ----------------------------------------------------------------------------------------------- nisa kernels
+@nki.jit
+def add_grid(a, b):
+    c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    rows, cols = slice(i * 128, (i + 1) * 128), slice(j * 64, (j + 1) * 64)
+    ta = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+    tb = nl.ndarray((128, 64), dtype=b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ta, src=a[rows, cols])
+    nisa.dma_copy(dst=tb, src=b[rows, cols])
+    tc = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=tc, data1=ta, data2=tb, op=nl.add)
+    nisa.dma_copy(dst=c[rows, cols], src=tc)
+    return c
+
+
+@nki.jit
+def matmul_tiled(lhsT, rhs):
+    """K accumulated in PSUM over nc_matmul calls (the first write of a group overwrites, the next add)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        for n in nl.affine_range(N // 256):
+            acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.sequential_range(K // 128):
+                a = nl.ndarray((nl.par_dim(128), 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+                b = nl.ndarray((128, 256), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+                nisa.dma_copy(dst=b, src=rhs[nl.ds(k * 128, 128), nl.ds(n * 256, 256)])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+            o = nl.ndarray((128, 256), dtype=result.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=acc)
+            nisa.dma_copy(dst=result[m * 128:(m + 1) * 128, n * 256:(n + 1) * 256], src=o)
+    return result
+
+
+@nki.jit
+def rmsnorm_isa(x, w, eps):
+    N, D = x.shape
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    wt = nl.ndarray((1, D), dtype=w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=wt, src=w.reshape((1, D)))
+    for i in nl.affine_range(N // 128):
+        xt = nl.ndarray((128, D), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        sq = nl.ndarray((128, D), dtype=nl.float32, buffer=nl.sbuf)
+        ss = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=sq, op=nl.square, data=xt, reduce_op=nl.add, reduce_res=ss,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        rs = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=rs, data=ss, op0=nl.multiply, operand0=1.0 / D, op1=nl.add, operand1=eps)
+        nisa.activation(dst=rs, op=nl.rsqrt, data=rs)
+        y = nl.ndarray((128, D), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=y, data=xt, op0=nl.multiply, operand0=rs)
+        nisa.tensor_tensor(dst=y, data1=y, data2=wt.broadcast(0, 128), op=nl.multiply)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=y)
+    return out
+
+
+@nki.jit
+def transpose_tiles(x):
+    P, F = x.shape
+    out = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(P // 128):
+        for j in nl.affine_range(F // 128):
+            t = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128])
+            tp = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.psum)
+            nisa.nc_transpose(dst=tp, data=t)
+            o = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=o, src=tp)
+            nisa.dma_copy(dst=out[j * 128:(j + 1) * 128, i * 128:(i + 1) * 128], src=o)
+    return out
+
+
+@nki.jit
+def reductions_isa(x):
+    """Row max (negated), row sum and row mean with tensor_reduce, into one [P, 3] output."""
+    P, F = x.shape
+    out = nl.ndarray((P, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray((P, 3), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r[:, 0:1], op=nl.maximum, data=t, axis=1, negate=True, keepdims=True)
+    nisa.tensor_reduce(dst=r[:, 1:2], op=nl.add, data=t, axis=1, keepdims=True)
+    nisa.tensor_reduce(dst=r[:, 2:3], op=nl.minimum, data=t, axis=1, keepdims=True)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+@nki.jit
+def activations_isa(x):
+    P, F = x.shape
+    out = nl.ndarray((4, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    for i, op in enumerate((nl.exp, nl.tanh, nl.relu, nl.sigmoid)):
+        o = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=o, op=op, data=t)
+        nisa.dma_copy(dst=out[i], src=o)
+    return out
+
+
+@nki.jit
+def roundtrip(x, dt):
+    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+@nki.jit
+def mul_into_bf16(a, b):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ta = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    tb = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ta, src=a)
+    nisa.dma_copy(dst=tb, src=b)
+    s = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=s, data1=ta, data2=tb, op=nl.multiply)  # fp32 math, one bf16 rounding
+    nisa.dma_copy(dst=out, src=s)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- tests
+def _randn(*shape, seed=0, dtype=torch.float32, dev=None):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype).to(dev)
+
+
+def test_add_grid_program_id(monkeypatch):
+    dev = _dev()
+    a, b = _randn(256, 128, seed=1), _randn(256, 128, seed=2)
+    ref, out = both(add_grid[2, 2], lambda: (a.to(dev), b.to(dev)), monkeypatch)
+    _same(out, ref)
+    _same(out, a + b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_matmul_psum_accumulation(monkeypatch, dtype):
+    dev = _dev()
+    lhsT, rhs = _randn(384, 256, seed=3, dtype=dtype), _randn(384, 512, seed=4, dtype=dtype)
+    ref, out = both(matmul_tiled, lambda: (lhsT.to(dev), rhs.to(dev)), monkeypatch)
+    # Each [128 x 256] tile of K=128 is one fp32 GEMM in both (numpy's BLAS and the library's micro-kernel) and
+    # their sums over K differ only by the order inside a dot product: a few fp32 ulps of the dot's magnitude.
+    torch.testing.assert_close(out.float(), ref.float(), rtol=1e-5, atol=1e-4 * 384 ** 0.5
+                               if dtype == torch.float32 else 1e-2)
+    if dtype == torch.bfloat16:  # one bf16 rounding of nearly equal fp32 sums: at most one bf16 ulp apart
+        assert ((out.float() - ref.float()).abs() <= ref.float().abs() * 2 ** -7 + 1e-30).all()
+
+
+def test_rmsnorm_isa(monkeypatch):
+    dev = _dev()
+    x, w = _randn(256, 320, seed=5), _randn(320, seed=6)
+    ref, out = both(rmsnorm_isa, lambda: (x.to(dev), w.to(dev), 1e-6), monkeypatch)
+    # the row sum of squares is a reduction: numpy sums pairwise, the library in SIMD lanes
+    torch.testing.assert_close(out, ref, rtol=2e-6, atol=1e-6)
+
+
+def test_transpose(monkeypatch):
+    dev = _dev()
+    x = _randn(256, 384, seed=7)
+    ref, out = both(transpose_tiles, lambda: (x.to(dev),), monkeypatch)
+    _same(out, ref)
+    _same(out, x.T.contiguous())
+
+
+def test_reductions(monkeypatch):
+    dev = _dev()
+    x = _randn(128, 1000, seed=8)
+    ref, out = both(reductions_isa, lambda: (x.to(dev),), monkeypatch)
+    _same(out[:, 0], ref[:, 0])  # max/min: exact whatever the order
+    _same(out[:, 2], ref[:, 2])
+    torch.testing.assert_close(out[:, 1], ref[:, 1], rtol=1e-5, atol=1e-5)  # a sum: order differs
+
+
+def test_activations(monkeypatch):
+    dev = _dev()
+    x = _randn(128, 300, seed=9) * 4
+    ref, out = both(activations_isa, lambda: (x.to(dev),), monkeypatch)
+    _same(out[2], ref[2])  # relu is exact
+    # exp/tanh/sigmoid: the library's vector polynomials vs numpy's libm, within a few fp32 ulps
+    torch.testing.assert_close(out, ref, rtol=4e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dt", [nl.bfloat16, nl.float16])
+def test_rounding_on_store(monkeypatch, dt):
+    dev = _dev()
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((64, 257)) * 10 ** rng.uniform(-8, 8, (64, 257))).astype(np.float32)
+    x[0, :4] = [np.inf, -np.inf, np.nan, 0.0]
+    x[1, :3] = [1.00390625, 1.01171875, 3.3895314e38]  # ties to even, bf16 overflow to inf
+    x[2, :2] = [70000.0, -1e-8]
+    xt = torch.from_numpy(x)
+    ref, out = both(roundtrip, lambda: (xt.to(dev), dt), monkeypatch)
+    _same(out, ref)
+    tdt = torch.bfloat16 if dt is nl.bfloat16 else torch.float16
+    _same(out, xt.to(tdt).float())
+
+
+def test_compute_rounded_once_to_bf16(monkeypatch):
+    dev = _dev()
+    a, b = _randn(32, 40, seed=10), _randn(32, 40, seed=11)
+    ref, out = both(mul_into_bf16, lambda: (a.to(dev), b.to(dev)), monkeypatch)
+    _same(out, ref)
+    _same(out, (a * b).to(torch.bfloat16).float())
+
+
+def test_bench_kernels_replay(monkeypatch):
+    dev = _dev()
+    bench = _bench()
+    lhsT, rhs = _randn(256, 256, seed=12), _randn(256, 512, seed=13)
+    ref, out = both(bench.matmul_kernel, lambda: (lhsT.to(dev), rhs.to(dev)), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)  # dot-product order inside each K=128 tile
+    a, b = _randn(256, 1024, seed=14), _randn(256, 1024, seed=15)
+    ref, out = both(bench.add_kernel[2, 2], lambda: (a.to(dev), b.to(dev)), monkeypatch)
+    _same(out, ref)
+
+
+def test_limit_error_same_with_fast_path(monkeypatch):
+    dev = _dev()
+
+    @nki.jit
+    def too_wide(x):
+        out = nl.ndarray((64, 600), dtype=x.dtype, buffer=nl.shared_hbm)
+        a = nl.ndarray((64, 64), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((64, 600), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[:, 0:64])
+        nisa.dma_copy(dst=b, src=x)
+        acc = nl.ndarray((64, 600), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)  # LIMIT-FAST
+        return out
+
+    line = next(i + 1 for i, l in enumerate(open(__file__)) if l.rstrip().endswith("# LIMIT-FAST"))
+    x = torch.zeros(64, 600, device=dev)
+    msgs = []
+    for env in ("0", "1", "1"):
+        monkeypatch.setenv("NKI_COMPILE", env)
+        with pytest.raises(nki.NkiError) as e:
+            too_wide(x)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] == msgs[2], msgs
+    assert "moving free dimension" in msgs[0] and re.search(r"\b600\b", msgs[0]), msgs[0]
+    assert f"test_nki_compile.py:{line}" in msgs[0], msgs[0]
+    assert nki.compile_stats()["compiled_calls"] == 0
+
+
+def test_numpy_and_simulate_stay_interpreted(monkeypatch):
+    _dev()
+    a = np.ones((256, 128), np.float32)
+    add_grid[2, 2](a, a)
+    add_grid[2, 2](a, a)
+    nki.simulate(add_grid[2, 2])(torch.ones(256, 128), torch.ones(256, 128))
+    st = nki.compile_stats()
+    assert st["compiled_calls"] == 0 and st["traces"] == 0, st
+
+
+def test_unlowerable_kernel_falls_back(monkeypatch):
+    dev = _dev()
+
+    @nki.jit
+    def iota_kernel(x):
+        out = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+        io = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=io, pattern=[[1, 16]], offset=3, channel_multiplier=100)
+        nisa.dma_copy(dst=out, src=io)
+        return out
+
+    x = torch.zeros(1, device=dev)
+    r1, r2 = iota_kernel(x).cpu(), iota_kernel(x).cpu()
+    st = nki.compile_stats()
+    assert st["compiled_calls"] == 0 and st["interpreted_calls"] == 2 and len(st["fallbacks"]) == 1, st
+    assert "test_nki_compile.py:" in st["fallbacks"][0][1], st["fallbacks"]
+    ref = torch.from_numpy((3 + 100 * np.arange(128)[:, None] + np.arange(16)[None, :]).astype(np.int32))
+    _same(r1, ref)
+    _same(r2, ref)
+
+
+def test_threads_different_shapes(monkeypatch):
+    """Two threads call one kernel with different shapes at once (traces and replays interleave): each gets
+    its own plan, every result is right, and every call after the first of a shape replays."""
+    dev = _dev()
+    shapes = {0: (128, 64), 1: (384, 192)}
+    inputs = {k: (_randn(*s, seed=20 + k).to(dev), _randn(*s, seed=30 + k).to(dev)) for k, s in shapes.items()}
+    expect = {k: (a.cpu() + b.cpu()) for k, (a, b) in inputs.items()}
+    errors = []
+    barrier = threading.Barrier(2)
+    n = 12
+
+    def work(k):
+        try:
+            a, b = inputs[k]
+            grid = add_grid[shapes[k][0] // 128, shapes[k][1] // 64]
+            barrier.wait()
+            for _ in range(n):
+                r = grid(a, b)
+                if not torch.equal(r.cpu(), expect[k]):
+                    errors.append((k, "wrong result"))
+        except Exception as e:  # noqa: BLE001
+            errors.append((k, repr(e)))
+
+    ts = [threading.Thread(target=work, args=(k,)) for k in shapes]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert errors == []
+    st = nki.compile_stats()
+    assert st["fallbacks"] == [], st
+    assert st["compiled_calls"] + st["interpreted_calls"] == 2 * n, st
+    assert st["compiled_calls"] >= 2 * (n - 2), st  # a shape may be traced by at most a couple of its calls
