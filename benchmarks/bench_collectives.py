@@ -1,23 +1,47 @@
-"""Collectives on neuron (shared memory) vs Gloo (CPU tensors), 2 ranks, one run:
+"""Collectives on neuron (shared memory) vs Gloo (CPU tensors), 2 ranks by default, one run:
 
     python -m torch.distributed.run --standalone --nproc_per_node=2 benchmarks/bench_collectives.py
 
-(started directly, ``python benchmarks/bench_collectives.py`` runs that command itself).
+(started directly, ``python benchmarks/bench_collectives.py [--nproc 4] [--sizes 4K,1M,64M] [--bw GBS]
+[--json out.json]`` runs that command itself).
 
 Prints all_reduce latency at 4 KiB and bus bandwidth at 64 MiB, all_gather and reduce_scatter bus
-bandwidth at 64 MiB, for neuron and Gloo measured in the same run, and single-thread memcpy bandwidth.
+bandwidth at 64 MiB, for neuron and Gloo measured in the same run, and single-thread memcpy bandwidth;
+then the bus bandwidth of the three across message sizes against the memory bound.
 Bus bandwidth follows the usual convention: all_reduce moves 2(n-1)/n of the buffer per rank,
 all_gather and reduce_scatter (n-1)/n of the full buffer.
+
+Memory bound: whatever the algorithm, each rank must read R and write W bytes (S the buffer, n ranks, zero-copy):
+all_reduce R = S, W = S (its slice of every input, the sum into that slice of every output); all_gather
+R = S/n, W = S; reduce_scatter R = S, W = S/n. All n ranks share the machine's memory, so a call takes at least
+n (R + W) / BW, BW the copy bandwidth (bytes read + written per second by a device copy between buffers past the
+LLC: benchmarks/machine.py; --bw, else measured by rank 0 first): traffic that reads and writes at once. The
+read-only probe's figure is lower (two cores' reads are limited by their outstanding misses, while a copy's
+streaming stores add bandwidth), and collectives beat it. Buffers that fit in the last-level
+cache together (2 ranks x 64 MiB in and out = 256 MiB) are not bound by it: the share can pass 100% there.
 """
 
 import os
 import sys
 import time
 
+def _opts(argv):
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--sizes", default="4K,64K,1M,16M,64M", help="message sizes of the bandwidth sweep")
+    ap.add_argument("--bw", type=float, default=None, help="copy bandwidth (read + written) in GB/s (default: measured by rank 0)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--no-dram", dest="dram", action="store_false",
+                    help="skip the size whose buffers pass 4x the LLC (the only one the memory bound holds for)")
+    return ap.parse_args(argv)
+
+
+OPTS = _opts(sys.argv[1:])
 if "RANK" not in os.environ:
-    # Started directly: run it as documented, 2 ranks under torchrun.
-    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                              os.path.abspath(__file__)] + sys.argv[1:])
+    # Started directly: run it as documented, --nproc ranks under torchrun.
+    os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              f"--nproc_per_node={OPTS.nproc}", os.path.abspath(__file__)] + sys.argv[1:])
 
 import torch
 import torch.distributed as dist
@@ -59,6 +83,39 @@ def bench(device, group):
     t = timed(lambda: dist.reduce_scatter_tensor(shard, big, group=group), 20, group)
     res["reduce_scatter 64 MiB busbw (GB/s)"] = 4 * n * (WORLD - 1) / WORLD / t / 1e9
     return res
+
+
+def parse_size(t):
+    t = t.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(t[:-1]) * mult[t[-1]] if t[-1] in mult else int(t)
+
+
+def human(nbytes):
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
+
+
+# Per rank (read, write, bus bytes) as multiples of S for n ranks (see the docstring).
+def rank_traffic(op, n):
+    return {"all_reduce": (1.0, 1.0, 2 * (n - 1) / n), "all_gather": (1.0 / n, 1.0, (n - 1) / n),
+            "reduce_scatter": (1.0, 1.0 / n, (n - 1) / n)}[op]
+
+
+def sweep(device, group, sizes):
+    """{(op, bytes): seconds per call} over the message sizes."""
+    out = {}
+    for nbytes in sizes:
+        n = max(WORLD, nbytes // 4 // WORLD * WORLD)
+        big = torch.ones(n, device=device)
+        full = torch.empty(n, device=device)
+        shard = torch.ones(n // WORLD, device=device)
+        iters = max(5, min(200, int(2e8 / max(nbytes, 1))))
+        out[("all_reduce", nbytes)] = timed(lambda: dist.all_reduce(big, group=group), iters, group)
+        out[("all_gather", nbytes)] = timed(lambda: dist.all_gather_into_tensor(full, shard, group=group), iters, group)
+        out[("reduce_scatter", nbytes)] = timed(lambda: dist.reduce_scatter_tensor(shard, big, group=group), iters,
+                                                group)
+        del big, full, shard
+    return out
 
 
 def memcpy_bw(concurrent):
@@ -104,6 +161,7 @@ if __name__ == "__main__":
     dist.all_reduce(mc_all, op=dist.ReduceOp.MIN, group=CPU_GROUP)
     mc_all = mc_all.item()
     if RANK == 0:
+        print(f"{WORLD} ranks")
         print(f"{'':38s} {'neuron':>10s} {'gloo':>10s} {'neuron/gloo':>12s}  target")
         for k in neuron:
             r = neuron[k] / gloo[k]
@@ -133,4 +191,55 @@ if __name__ == "__main__":
             print(f"{op} 64 MiB copy-traffic bound {bound:.2f} GB/s busbw (plain-store copy): neuron at {100 * neuron[k] / bound:.0f}% of it; "
                   f"10x Gloo needs {need:.2f} GB/s = {need / bound:.1f}x the bound; 50% of memcpy needs "
                   f"{TARGET_VS_MEMCPY * mc:.2f} GB/s = {TARGET_VS_MEMCPY * mc / bound:.1f}x the bound")
+    # Bandwidth across message sizes against the memory bound (issue 27).
+    sizes = [parse_size(t) for t in OPTS.sizes.split(",") if t]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import machine
+    llc = machine.llc_bytes()
+    # The smallest power of two whose buffers (n ranks, input and output) pass 4x the LLC: the first size the
+    # memory bound holds for.
+    dram = 1 << 20
+    while WORLD * 2 * dram < 4 * llc:
+        dram *= 2
+    if OPTS.dram and dram not in sizes:
+        sizes.append(dram)
+    bw = OPTS.bw
+    if bw is None:
+        bwt = torch.zeros(1, dtype=torch.float64)
+        if RANK == 0:
+            bwt[0] = machine.copy_bandwidth()[0]
+        dist.broadcast(bwt, 0, group=CPU_GROUP)
+        bw = bwt.item()
+    sw_gloo = sweep("cpu", CPU_GROUP, sizes)
+    sw_neuron = sweep(DEV, None, sizes)
+    if RANK == 0:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from _results import Results, short_by
+        res = Results("collectives")
+        res.meta.update(ranks=WORLD, read_bw_gbs=bw)
+        print(f"\nbus bandwidth (GB/s) across sizes, {WORLD} ranks; bound = bus bytes / (n (R + W) / {bw:.1f} GB/s)")
+        print(f"{'op':15s} {'size':>8s} {'neuron':>8s} {'gloo':>8s} {'bound':>8s} {'share':>6s}")
+        lat = neuron["all_reduce 4 KiB latency (us)"]
+        res.add(f"{WORLD} ranks", "all_reduce 4 KiB latency", lat, "us", ref=gloo["all_reduce 4 KiB latency (us)"],
+                ref_name="Gloo", higher=False, target="<= 10 us", met=lat <= 10, miss=short_by(lat, 10, False) or None,
+                ranks=WORLD)
+        for (op, nbytes), t in sw_neuron.items():
+            rd, wr, bus = rank_traffic(op, WORLD)
+            busbw = bus * nbytes / t / 1e9
+            gbus = bus * nbytes / sw_gloo[(op, nbytes)] / 1e9
+            bound = bus * nbytes / (WORLD * (rd + wr) * nbytes / (bw * 1e9)) / 1e9
+            resident = WORLD * 2 * nbytes < 4 * llc
+            big = nbytes >= 64 << 20
+            miss = short_by(busbw / bound, 0.8) if big and not resident else ""
+            target = None
+            if big:
+                target = (">= 80% of bound" if not resident else
+                          ">= 80% of bound: does not apply, the buffers are cache-resident (n x 2 x S < 4x LLC)")
+            res.add(f"{WORLD} ranks", f"{op} {human(nbytes)}", busbw, "GB/s busbw", ref=gbus, ref_name="Gloo",
+                    bound=None if resident else bound, bound_name=None if resident else "n (R + W) at copy bandwidth",
+                    target=target, met=(not miss) if big and not resident else None, miss=miss or None, op=op,
+                    bytes=nbytes, ranks=WORLD, memory_bound=bound, resident=resident)
+            print(f"{op:15s} {human(nbytes):>8s} {busbw:8.2f} {gbus:8.2f} {bound:8.2f} {busbw / bound:6.0%}"
+                  f"{'  (cache-resident: bound does not hold)' if resident else ''}")
+        res.write(OPTS.json)
     dist.destroy_process_group()

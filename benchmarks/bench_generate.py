@@ -1,17 +1,25 @@
-"""Generation speed of a ~100M-parameter Llama-style model (random weights): neuron eager vs CPU eager.
+"""Generation speed of Llama-style models (random weights): neuron vs CPU eager, measured in the same run.
 
-    python benchmarks/bench_generate.py            # fp32 and bf16
-    python benchmarks/bench_generate.py --dtype bfloat16 --repeats 3
+    python benchmarks/bench_generate.py                      # 100M model, fp32 and bf16
+    python benchmarks/bench_generate.py --model both --dtype bfloat16 --batches 1,4,16 --json out.json
 
-Prefill: tokens/s of one forward pass over a 512-token prompt (batch 1).
-Decode: tokens/s of greedy generation of 128 new tokens with the static cache (batch 1), excluding the prefill.
-Ceiling: decoding reads every weight once per token, so it cannot beat (memory bandwidth / weight bytes);
-the bandwidth is measured here with a large device-to-device copy (read + write bytes / time).
-Static-cache generation runs eagerly on both devices (--compile: neuron compiled with backend "neuron",
-as Transformers does by default); the printout says which.
+Models: "100m" (12 x 768, a 32000-token tied embedding) and "large", sized from the last-level cache measured here
+so that its weights in the benchmarked dtype are at least 4x the LLC (~1.1B parameters for a 480 MiB L3 in bf16).
+Prefill: tokens/s of one forward pass over a prompt of each --prefills length (batch 1).
+Decode: tokens/s (all sequences of the batch) of greedy generation with the static cache, excluding the prefill
+(time of NEW tokens minus the time of 1).
+Bound: a decode step reads every weight once, so it cannot beat batch x read bandwidth / weight bytes, with the
+read bandwidth from a read-only probe (benchmarks/machine.py); nor batch x peak / (2 x parameters) when compute
+bounds it. The bound holds only for weights several times the LLC: a cache-resident model (the 100M one) reads
+its weights from cache, and its decode figures are reported as they are, without a share of a bound.
+neuron and CPU alternate repeat by repeat so a phase of the shared host colours both; each figure is the median
+of its repeats with their min-max. --compile: neuron's static-cache generation compiled with backend "neuron"
+(Transformers' default on neuron), still against CPU eager.
 """
 
 import argparse
+import copy
+import math
 import statistics
 import sys
 import time
@@ -20,15 +28,34 @@ import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM
 
-PROMPT = 512
-NEW = 128
+from _results import Results, add_json_arg, short_by
+import machine
+
 DECODE_PROMPT = 32
+VOCAB = 32000
+# Issue 27's targets.
+DECODE_EAGER_SHARE = 0.75
+DECODE_COMPILED_SHARE = 0.90
+DECODE_B16_VS_CPU = 2.0
+PREFILL_512_VS_CPU = 1.2
 
 
-def config():
+def config_100m():
     # 12 layers of hidden 768 (MLP 2048, 12 query / 4 key-value heads) + a 32000-token tied embedding: ~100M.
-    return LlamaConfig(vocab_size=32000, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
-                       num_attention_heads=12, num_key_value_heads=4, head_dim=64, max_position_embeddings=1024,
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
+                       num_attention_heads=12, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
+                       tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def config_large(min_weight_bytes, elt):
+    """TinyLlama's shape (hidden 2048, MLP 5632, 32 query / 4 key-value heads of 64) with as many layers as it
+    takes for the weights to reach min_weight_bytes in elements of elt bytes."""
+    h, inter, kvd = 2048, 5632, 4 * 64
+    per_layer = 2 * h * h + 2 * h * kvd + 3 * h * inter + 2 * h
+    fixed = VOCAB * h + h
+    layers = max(1, math.ceil((min_weight_bytes / elt - fixed) / per_layer))
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=h, intermediate_size=inter, num_hidden_layers=layers,
+                       num_attention_heads=32, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096,
                        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
@@ -37,23 +64,11 @@ def sync(device):
         torch.neuron.synchronize()
 
 
-def timed(fn, device, repeats):
-    fn()  # warm-up
+def once(fn, device):
+    t = time.perf_counter()
+    fn()
     sync(device)
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def copy_bandwidth(device, nbytes=256 << 20, repeats=5):
-    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    t = timed(lambda: dst.copy_(src), device, repeats)
-    return 2 * nbytes / t  # read + write
+    return time.perf_counter() - t
 
 
 def compile_available():
@@ -63,53 +78,142 @@ def compile_available():
         return False
 
 
-def bench(model_cpu, device, dtype, repeats, compiled=False):
-    model = model_cpu.to(dtype=dtype) if device == "cpu" else model_cpu.to(dtype=dtype).to(device)
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(3, 32000, (1, PROMPT), generator=gen).to(device)
-    short = torch.randint(3, 32000, (1, DECODE_PROMPT), generator=gen).to(device)
-    kwargs = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
-    if not (compiled and device.startswith("neuron") and compile_available()):
-        kwargs["disable_compile"] = True  # eager vs eager unless --compile
+def alternate(fns, repeats):
+    """{device: [seconds per repeat]}, the devices taking turns within each repeat after one untimed call each."""
+    for dev, fn in fns.items():
+        once(fn, dev)
+    out = {dev: [] for dev in fns}
+    for _ in range(repeats):
+        for dev, fn in fns.items():
+            out[dev].append(once(fn, dev))
+    return out
 
+
+def spread(xs):
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def run_model(label, model_cpu, dtype, args, bw, peak, llc, res, rows):
+    params = sum(p.numel() for p in model_cpu.parameters())
+    elt = torch.empty((), dtype=dtype).element_size()
+    weight_bytes = params * elt
+    dram_bound = weight_bytes >= 4 * llc
+    name = str(dtype).replace("torch.", "")
+    # Module.to moves in place: neuron gets a copy, so both devices hold the model for the whole run.
+    models = {"neuron": copy.deepcopy(model_cpu).to("neuron"), "cpu": model_cpu}
+    compiled = args.compile and compile_available()
+    gen = torch.Generator().manual_seed(0)
+    group = f"{label} {name}"
+    print(f"\n{label} {name}: {params / 1e6:.0f}M parameters, {weight_bytes / 1e9:.2f} GB of weights = "
+          f"{weight_bytes / llc if llc else float('nan'):.1f}x the LLC: "
+          f"{'DRAM-bound decode' if dram_bound else 'cache-resident, no bandwidth bound'}", flush=True)
     with torch.no_grad():
-        t_prefill = timed(lambda: model(prompt, use_cache=False), device, repeats)
-        t_one = timed(lambda: model.generate(short, max_new_tokens=1, min_new_tokens=1, **kwargs), device, repeats)
-        t_all = timed(lambda: model.generate(short, max_new_tokens=NEW, min_new_tokens=NEW, **kwargs), device, repeats)
-    model.to("cpu")
-    return PROMPT / t_prefill, (NEW - 1) / max(t_all - t_one, 1e-9)
+        for length in args.prefills:
+            prompt = torch.randint(3, VOCAB, (1, length), generator=gen)
+            ins = {"neuron": prompt.to("neuron"), "cpu": prompt}
+            ts = alternate({d: (lambda d=d: models[d](ins[d], use_cache=False)) for d in models}, args.repeats)
+            n, c = [tuple(length / t for t in reversed(spread(ts[d])[1:])) for d in ("neuron", "cpu")]
+            n_med, c_med = length / spread(ts["neuron"])[0], length / spread(ts["cpu"])[0]
+            ratio = n_med / c_med
+            tgt = miss = None
+            if length == 512:
+                tgt, miss = f">= {PREFILL_512_VS_CPU}x CPU", short_by(ratio, PREFILL_512_VS_CPU) or None
+            res.add(group, f"prefill {length}", n_med, "tok/s", ref=c_med, ref_name="PyTorch CPU eager", spread=n,
+                    ref_spread=c, target=tgt, met=None if tgt is None else not miss, miss=miss, phase="prefill",
+                    length=length, model=label, dtype=name, params=params)
+            rows.append(f"{group:16s} {'prefill ' + str(length):14s} {n_med:10.1f} ({n[0]:.1f}-{n[1]:.1f}) "
+                        f"{c_med:10.1f} {ratio:6.2f}x")
+            print(rows[-1], flush=True)
+        kwargs = dict(do_sample=False, cache_implementation="static", pad_token_id=0)
+        if not compiled:
+            kwargs["disable_compile"] = True
+        for batch in args.batches:
+            short = torch.randint(3, VOCAB, (batch, DECODE_PROMPT), generator=gen)
+            ins = {"neuron": short.to("neuron"), "cpu": short}
+
+            def gen_fn(d, new):
+                return lambda: models[d].generate(ins[d], max_new_tokens=new, min_new_tokens=new, **kwargs)
+            one = alternate({d: gen_fn(d, 1) for d in models}, args.repeats)
+            full = alternate({d: gen_fn(d, args.new) for d in models}, args.repeats)
+            tps = {d: [batch * (args.new - 1) / max(t - statistics.median(one[d]), 1e-9) for t in full[d]]
+                   for d in models}
+            n_med, n_lo, n_hi = spread(tps["neuron"])
+            c_med, c_lo, c_hi = spread(tps["cpu"])
+            ratio = n_med / c_med
+            bound = None
+            targets, misses = [], []
+            if dram_bound:
+                # Memory: every weight once per step; compute: 2 flops per parameter per sequence.
+                step = max(weight_bytes / (bw * 1e9), 2.0 * params * batch / (peak * 1e9) if peak else 0.0)
+                bound = batch / step
+                if batch == 1:
+                    want = DECODE_COMPILED_SHARE if compiled else DECODE_EAGER_SHARE
+                    targets += [f">= {100 * want:.0f}% of bound", ">= 1.0x CPU"]
+                    misses += [short_by(n_med / bound, want), short_by(ratio, 1.0)]
+            if batch == 16:
+                targets.append(f">= {DECODE_B16_VS_CPU}x CPU")
+                misses.append(short_by(ratio, DECODE_B16_VS_CPU))
+            miss = "; ".join(m for m in misses if m)
+            res.add(group, f"decode batch {batch}", n_med, "tok/s", ref=c_med, ref_name="PyTorch CPU eager",
+                    spread=(n_lo, n_hi), ref_spread=(c_lo, c_hi), bound=bound,
+                    bound_name="weights / read bandwidth" if bound else None, target=", ".join(targets) or None,
+                    met=(not miss) if targets else None, miss=miss or None, phase="decode", batch=batch, model=label,
+                    dtype=name, params=params, weight_bytes=weight_bytes, compiled=compiled)
+            share = f"  bound {bound:.1f} tok/s, {n_med / bound:.0%} of it" if bound else ""
+            rows.append(f"{group:16s} {'decode b' + str(batch):14s} {n_med:10.2f} ({n_lo:.2f}-{n_hi:.2f}) "
+                        f"{c_med:10.2f} {ratio:6.2f}x{share}")
+            print(rows[-1], flush=True)
+    del models
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=["100m", "large", "both"], default="100m")
     parser.add_argument("--dtype", choices=["float32", "bfloat16", "both"], default="both")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batches", default="1", help="decode batch sizes, comma-separated")
+    parser.add_argument("--prefills", default="512", help="prefill lengths, comma-separated")
+    parser.add_argument("--new", type=int, default=128, help="new tokens per decode measurement")
+    parser.add_argument("--large-new", type=int, default=None, help="new tokens for the large model (default --new)")
+    parser.add_argument("--large-prefills", default=None, help="prefill lengths of the large model (default --prefills)")
     parser.add_argument("--compile", action="store_true", help="neuron's static-cache generation compiled with "
                         "backend neuron (Transformers' default on neuron); default: eager on both devices")
+    add_json_arg(parser)
     args = parser.parse_args()
     import torch_neuronx  # noqa: F401
 
+    args.batches = [int(x) for x in args.batches.split(",") if x]
+    args.prefills = [int(x) for x in args.prefills.split(",") if x]
     transformers.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config()).eval()
-    params = sum(p.numel() for p in model.parameters())
+    m = machine.measure()
+    bw, llc = m["read_bw_gbs"], m["llc_bytes"]
     dtypes = [torch.float32, torch.bfloat16] if args.dtype == "both" else [getattr(torch, args.dtype)]
     mode = "torch.compile (neuron)" if args.compile and compile_available() else "eager (disable_compile=True)"
-    print(f"Llama-style model: {params / 1e6:.1f}M parameters; torch {torch.__version__}, "
-          f"transformers {transformers.__version__}, {torch.get_num_threads()} threads; neuron static cache: {mode}")
-    bw = {d: copy_bandwidth(d) for d in ("cpu", "neuron")}
-    print(f"copy bandwidth: cpu {bw['cpu'] / 1e9:.1f} GB/s, neuron {bw['neuron'] / 1e9:.1f} GB/s (read + write)")
-    print(f"\n{'dtype':9s} {'phase':8s} {'neuron tok/s':>13s} {'cpu tok/s':>10s} {'neuron/cpu':>10s}  decode ceiling")
-    for dtype in dtypes:
-        weight_bytes = params * torch.empty((), dtype=dtype).element_size()
-        n_pre, n_dec = bench(model, "neuron", dtype, args.repeats, compiled=args.compile)
-        c_pre, c_dec = bench(model, "cpu", dtype, args.repeats)
-        name = str(dtype).replace("torch.", "")
-        print(f"{name:9s} {'prefill':8s} {n_pre:13.1f} {c_pre:10.1f} {n_pre / c_pre:10.2f}")
-        ceiling = bw["neuron"] / weight_bytes
-        print(f"{name:9s} {'decode':8s} {n_dec:13.2f} {c_dec:10.2f} {n_dec / c_dec:10.2f}  "
-              f"{ceiling:.1f} tok/s ({weight_bytes / 1e6:.0f} MB/token): neuron at {n_dec / ceiling:.1%}")
-        model.to(torch.float32)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.get_num_threads()} threads; "
+          f"neuron static cache: {mode}")
+    print(f"read bandwidth (read-only probe, {m['read_probe_mib']} MiB): {bw:.1f} GB/s; LLC {llc >> 20} MiB; "
+          f"peaks fp32 {m['fp32_peak_gflops']:.0f}, bf16 {m['bf16_peak_gflops']:.0f} GFLOP/s")
+    print(f"{'model':16s} {'phase':14s} {'neuron tok/s (min-max)':>24s} {'cpu tok/s':>10s} {'ratio':>7s}")
+    res = Results("generate")
+    res.meta.update(read_bw_gbs=bw, llc_bytes=llc, compiled=args.compile and compile_available())
+    rows = []
+    for label in (["100m", "large"] if args.model == "both" else [args.model]):
+        for dtype in dtypes:
+            elt = torch.empty((), dtype=dtype).element_size()
+            torch.manual_seed(0)
+            cfg = config_100m() if label == "100m" else config_large(4 * llc, elt)
+            saved = args.new, args.prefills
+            if label == "large":
+                args.new = args.large_new or args.new
+                if args.large_prefills is not None:
+                    args.prefills = [int(x) for x in args.large_prefills.split(",") if x]
+            # Built in the benchmarked dtype: a 1B model's fp32 init alone would take a minute on 2 cores.
+            model = LlamaForCausalLM._from_config(cfg, torch_dtype=dtype).eval()
+            run_model(label, model, dtype, args, bw, m[f"{'bf16' if elt == 2 else 'fp32'}_peak_gflops"], llc, res,
+                      rows)
+            args.new, args.prefills = saved
+            del model
+    res.write(args.json)
     return 0
 
 

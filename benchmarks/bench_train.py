@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_neuronx  # noqa: E402
+from _results import Results, add_json_arg, short_by  # noqa: E402
 from _timing import compare, cpu_name  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -70,7 +71,9 @@ def main():
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--budget", type=float, default=6.0, help="seconds of timed calls per pair")
     p.add_argument("--rounds", type=int, default=5)
+    add_json_arg(p)
     a = p.parse_args()
+    res = Results("train")
     dtype = getattr(torch, a.dtype)
     torch._dynamo.config.cache_size_limit = 64
     ids_cpu = torch.randint(3, 32000, (a.batch, a.seq))
@@ -94,6 +97,14 @@ def main():
         name = "compiled" if compiled else "eager"
         results[name] = (tn, tc)
         mfu = 6 * params * tokens / tn / (peak * 1e9) if peak else float("nan")
+        want = 1.2 if compiled else None
+        miss = short_by(tc / tn, want) if want else ""
+        res.add(f"{params / 1e6:.0f}M {a.dtype} {a.batch}x{a.seq}", f"step, {name}", tokens / tn, "tok/s",
+                ref=tokens / tc, ref_name="CPU Inductor" if compiled else "PyTorch CPU eager",
+                spread=(tokens / tn_hi, tokens / tn_lo), ref_spread=(tokens / tc_hi, tokens / tc_lo),
+                bound=peak * 1e9 / (6 * params) if peak else None, bound_name="fp32 peak / 6 x parameters (MFU)",
+                target=f">= {want}x CPU Inductor" if want else None, met=(not miss) if want else None,
+                miss=miss or None, peak_mib=mem_n / 2**20)
         print(f"{name:8s} neuron {tokens / tn:8.1f} tok/s ({tokens / tn_hi:.1f}-{tokens / tn_lo:.1f}), "
               f"CPU {'Inductor' if compiled else 'eager':8s} {tokens / tc:8.1f} tok/s ({tokens / tc_hi:.1f}-"
               f"{tokens / tc_lo:.1f}): {tc / tn:.2f}x; neuron peak memory {mem_n / 2**20:.0f} MiB; MFU {mfu:.1%}")
@@ -106,6 +117,7 @@ def main():
         print(f"target {label} >= {target}x: {got:.2f}x, {verdict}")
     verdict = "met" if mfu >= 0.40 else f"missed by {0.40 / mfu:.2f}x"
     print(f"target compiled MFU >= 40%: {mfu:.1%}, {verdict}")
+    res.write(a.json)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
   256 MiB) on all threads, bytes read per pass / time of the best pass. A copy would count its writes
   too, and a write costs a read-for-ownership besides, so a copy-based figure is not the bound a
   read-mostly workload (decode) faces;
+- copy bandwidth (bytes read + written by a device copy between buffers 2x the LLC each), the bound of traffic that
+  reads and writes at once;
 - the fp32 FMA peak (torch_neuronx._C._fma_peak_gflops, the GEMM micro-kernels' instruction mix) and the bf16
   peak on the instruction the bf16 GEMM uses (_C._bf16_peak_gflops: AMX tiles, else AVX512-BF16).
 
@@ -97,6 +99,30 @@ def read_bandwidth(llc=None, passes=7):
     return n * 4 / best / 1e9, n * 4 >> 20
 
 
+def copy_bandwidth(llc=None, passes=5):
+    """(GB/s of bytes read + written, MiB each side): best of `passes` device copies between float32 neuron
+    buffers of 2x the LLC each. The bound of traffic that reads and writes at once (collectives): on this
+    kind of host two cores' reads alone do not saturate memory (a core's outstanding misses limit it), and a
+    copy's streaming stores add their bandwidth on top, so a read-only figure would understate it."""
+    import torch
+    import torch_neuronx  # noqa: F401
+
+    llc = llc_bytes() if llc is None else llc
+    n = max(2 * llc, 128 << 20) // 4
+    src = torch.ones(n, device="neuron")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.neuron.synchronize()
+    best = float("inf")
+    for _ in range(passes):
+        t = time.perf_counter()
+        dst.copy_(src)
+        torch.neuron.synchronize()
+        best = min(best, time.perf_counter() - t)
+    del src, dst
+    return 2 * n * 4 / best / 1e9, n * 4 >> 20
+
+
 @functools.lru_cache(maxsize=1)
 def measure():
     """Everything above as a dict (measured once per process: the probes take a few seconds)."""
@@ -107,6 +133,7 @@ def measure():
     llc = llc_bytes(cache)
     flags = cpu_flags()
     bw, mib = read_bandwidth(llc)
+    cbw, cmib = copy_bandwidth(llc)
     fp32 = torch_neuronx._C._fma_peak_gflops()
     bf16, bf16_method = torch_neuronx._C._bf16_peak_gflops()
     return {
@@ -119,6 +146,8 @@ def measure():
         "llc_bytes": llc,
         "read_bw_gbs": bw,
         "read_probe_mib": mib,
+        "copy_bw_gbs": cbw,
+        "copy_probe_mib": cmib,
         "fp32_peak_gflops": fp32,
         "bf16_peak_gflops": bf16,
         "bf16_peak_method": bf16_method,
@@ -136,6 +165,8 @@ def describe(m):
                                                for c in m["caches"]),
         f"- Read bandwidth (read-only sum over {m['read_probe_mib']} MiB, >= 4x the last-level cache, all threads, "
         f"best of 7): {m['read_bw_gbs']:.1f} GB/s",
+        f"- Copy bandwidth (read + written bytes of a device copy between two {m['copy_probe_mib']} MiB buffers, "
+        f"all threads, best of 5): {m['copy_bw_gbs']:.1f} GB/s",
         f"- fp32 FMA peak (the GEMM micro-kernels' instruction mix, all threads): {m['fp32_peak_gflops']:.0f} GFLOP/s",
         f"- bf16 peak ({m['bf16_peak_method']}, all threads): {m['bf16_peak_gflops']:.0f} GFLOP/s",
         f"- torch {m['torch']}",
