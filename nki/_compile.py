@@ -679,7 +679,8 @@ def rec_fill(tr, dst, value, mask=None):
 def rec_store(tr, dst, value, mask=None):
     if isinstance(value, _core.NkiTensor):
         rec_copy(tr, dst, value, mask)
-    elif isinstance(value, (bool, int, float, np.integer, np.floating)):
+    elif isinstance(value, (bool, int, float, np.integer, np.floating)) or (
+            isinstance(value, np.ndarray) and value.ndim == 0):
         rec_fill(tr, dst, value, mask)
     else:
         raise Unsupported(f"a store of {type(value).__name__}")
@@ -743,8 +744,24 @@ def rec_activation_reduce(tr, res, data, steps, rop, rres, mask=None):
              [tr.const(0.0, keep), red])
 
 
-def rec_binary_tiles(tr, out, x, y, op):
+def rec_load(tr, t, src, mask=None):
+    """nl.load: a copy into the new tile (a mask that leaves elements out is not lowered: opd raises)."""
+    rec_copy(tr, t, src, mask)
+
+
+def rec_nl_reduce(tr, out, x, name, axis, mask=None):
+    if mask is not None:
+        raise Unsupported("a masked reduction")
+    if not isinstance(x, _core.NkiTensor):
+        raise Unsupported("a reduction of a non-tile")
+    axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+    tr.reduce(out, tr.opd(x), name, axes)
+
+
+def rec_binary_tiles(tr, out, x, y, op, mask=None):
     """The tile API's out = op(x, y) (or op(x)): partition-first alignment, then numpy broadcasting."""
+    if mask is not None:
+        tr.opd(out, mask)  # raises on a mask that leaves elements out
     shape = out.shape
     ops = []
     tiles = [v for v in (x, y) if isinstance(v, _core.NkiTensor)]
@@ -770,6 +787,8 @@ def rec_matmul(tr, dst, st, mv, accumulate, shape_m_n=None):
 
 
 def rec_nl_matmul(tr, out, x, y, transpose_x):
+    if len(x.shape) != 2 or len(y.shape) != 2:
+        raise Unsupported("nl.matmul of tiles that are not 2D")
     a = tr.opd(x)
     a = a.transpose2d() if transpose_x else a
     tr.gemm(tr.opd(out, write=True), a, tr.opd(y), False)

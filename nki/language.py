@@ -8,7 +8,7 @@ import math as _math
 
 import numpy as np
 
-from . import _core
+from . import _compile, _core
 from ._core import (DType, DynSlice, NkiTensor, ParDim, allocate, bfloat16, bool_, error, float16,  # noqa: F401
                     float32, float8_e4m3, float8_e4m3fn, float8_e5m2, hbm, int8, int16, int32, int64,
                     limit_error, private_hbm, psum, sbuf, shared_hbm, tfloat32, to_dtype, uint8, uint16, uint32)
@@ -101,9 +101,11 @@ def zeros_like(x, dtype=None, buffer=None, name="", **kw):
     return zeros(x.shape, dtype or x.dtype, buffer or x.buffer)
 
 
+@_compile.instr
 def full(shape, fill_value, dtype, buffer=sbuf, name="", **kw):
     t = ndarray(shape, dtype, buffer)
     t.write(np.asarray(fill_value))
+    _compile.record(_compile.rec_store, t, fill_value)
     return t
 
 
@@ -316,15 +318,20 @@ class _Op:
     def __repr__(self):
         return f"nl.{self.name}"
 
+    @_compile.instr
     def __call__(self, *args, dtype=None, mask=None, **kw):
         if self.arity == 1:
             (x,) = args[:1]
             vals = self.fn(_values(x))
-            return _new_tile(vals, _result_dtype(dtype, x), mask=mask)
+            out = _new_tile(vals, _result_dtype(dtype, x), mask=mask)
+            _compile.record(_compile.rec_binary_tiles, out, x, None, self, mask)
+            return out
         x, y = args[:2]
         a, b = _align_partitions(_values(x), _values(y))
         vals = self.fn(a, b)
-        return _new_tile(vals, _result_dtype(dtype, x, y), mask=mask)
+        out = _new_tile(vals, _result_dtype(dtype, x, y), mask=mask)
+        _compile.record(_compile.rec_binary_tiles, out, x, y, self, mask)
+        return out
 
 
 def _align_partitions(a, b):
@@ -437,22 +444,31 @@ average = _Op("average", _f32(lambda a, b: (a + b) / 2), 2,
 
 
 # ----------------------------------------------------------------------------------------------- load/store
+@_compile.instr
 def load(src, dtype=None, mask=None, **kw):
     if not isinstance(src, NkiTensor):
         raise error(f"nl.load expects a tensor, got {type(src).__name__}")
     vals = src.dtype.decode(src.raw(mask)) if src.offsets is not None or mask is not None else src.read()
-    return _new_tile(vals, dtype or src.dtype, mask=mask)
+    t = _new_tile(vals, dtype or src.dtype, mask=mask)
+    _compile.record(_compile.rec_load, t, src, mask)
+    return t
 
 
+@_compile.instr
 def store(dst, value, mask=None, **kw):
     if not isinstance(dst, NkiTensor):
         raise error(f"nl.store expects a destination tensor, got {type(dst).__name__}")
     dst.write(_values(value), mask=mask)
+    _compile.record(_compile.rec_store, dst, value, mask)
 
 
+@_compile.instr
 def load_transpose2d(src, dtype=None, mask=None, **kw):
     vals = src.read(mask)
-    return _new_tile(np.asarray(vals).T, dtype or src.dtype)
+    t = _new_tile(np.asarray(vals).T, dtype or src.dtype)
+    if mask is None and src.ndim == 2:
+        _compile.record(lambda tr: tr.copy(tr.opd(t, write=True), tr.opd(src).transpose2d()))
+    return t
 
 
 # ----------------------------------------------------------------------------------------------- reductions
@@ -462,22 +478,26 @@ def _axis(axis):
     return int(axis)
 
 
-def _reduce(fn):
+def _reduce(fn, name):
+    @_compile.instr
     def r(x, axis, dtype=None, keepdims=False, mask=None, **kw):
         v = np.asarray(_values(x))
         if v.dtype.kind not in "iub":
             v = v.astype(np.float32)
         out = fn(v, axis=_axis(axis), keepdims=keepdims)
-        return _new_tile(out, _result_dtype(dtype, x))
+        t = _new_tile(out, _result_dtype(dtype, x))
+        _compile.record(_compile.rec_nl_reduce, t, x, name, axis, mask)
+        return t
+    r.__name__ = r.__qualname__ = name
     return r
 
 
-sum = _reduce(np.sum)
-max = _reduce(np.max)
-min = _reduce(np.min)
-mean = _reduce(np.mean)
-prod = _reduce(np.prod)
-var = _reduce(np.var)
+sum = _reduce(np.sum, "sum")
+max = _reduce(np.max, "max")
+min = _reduce(np.min, "min")
+mean = _reduce(np.mean, "mean")
+prod = _reduce(np.prod, "prod")
+var = _reduce(np.var, "var")
 
 
 def all(x, axis, dtype=None, **kw):
@@ -501,13 +521,20 @@ def where(condition, x, y, dtype=None, mask=None, **kw):
     return _new_tile(np.where(c, _values(x), _values(y)), _result_dtype(dtype, x, y))
 
 
+@_compile.instr
 def transpose(x, dtype=None, mask=None, **kw):
     v = np.asarray(_values(x))
-    return _new_tile(v.reshape(v.shape[0], -1).T, _result_dtype(dtype, x))
+    t = _new_tile(v.reshape(v.shape[0], -1).T, _result_dtype(dtype, x))
+    if mask is None:
+        _compile.record(_compile.rec_transpose, t, x)
+    return t
 
 
+@_compile.instr
 def broadcast_to(x, shape, dtype=None, **kw):
-    return _new_tile(np.broadcast_to(_values(x), tuple(shape)), _result_dtype(dtype, x))
+    t = _new_tile(np.broadcast_to(_values(x), tuple(shape)), _result_dtype(dtype, x))
+    _compile.record(_compile.rec_copy, t, x)
+    return t
 
 
 def dropout(x, rate, dtype=None, mask=None, **kw):
@@ -525,6 +552,7 @@ def random_seed(seed, **kw):
     np.random.seed(int(np.asarray(_values(seed)).reshape(-1)[0]) if not np.isscalar(seed) else int(seed))
 
 
+@_compile.instr
 def matmul(x, y, transpose_x=False, mask=None, **kw):
     """``x @ y`` (or ``x.T @ y``) on the Tensor Engine, into a new fp32 PSUM tile."""
     from . import isa
@@ -541,6 +569,8 @@ def matmul(x, y, transpose_x=False, mask=None, **kw):
     out = xv.T @ yv
     t = _new_tile(out, float32, psum)
     t._matmul_result = True
+    if mask is None:
+        _compile.record(_compile.rec_nl_matmul, t, x, y, transpose_x)
     return t
 
 

@@ -393,3 +393,188 @@ def test_threads_different_shapes(monkeypatch):
     assert st["fallbacks"] == [], st
     assert st["compiled_calls"] + st["interpreted_calls"] == 2 * n, st
     assert st["compiled_calls"] >= 2 * (n - 2), st  # a shape may be traced by at most a couple of its calls
+
+
+# ----------------------------------------------------------------------------------------------- the nl tile API
+@nki.jit
+def softmax_rows(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    R, C = x.shape
+    ix = nl.mgrid[0:128, 0:C]
+    for r in nl.affine_range((R + 127) // 128):
+        rows = r * 128 + ix.p
+        t = nl.load(x[rows, ix.x], mask=(rows < R))
+        mx = nl.max(t, axis=1, keepdims=True)
+        e = nl.exp(nl.subtract(t, mx))
+        s = nl.sum(e, axis=1, keepdims=True)
+        nl.store(out[rows, ix.x], value=e / s, mask=(rows < R))
+    return out
+
+
+@nki.jit
+def matmul_old_api(lhsT, rhs):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    i_k = nl.arange(128)[:, None]
+    i_m = nl.arange(M)[None, :]
+    i_n = nl.arange(N)[None, :]
+    res = nl.zeros((M, N), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(K // 128):
+        a = nl.load(lhsT[k * 128 + i_k, i_m])
+        b = nl.load(rhs[k * 128 + i_k, i_n])
+        res += nl.matmul(a, b, transpose_x=True)
+    i_o = nl.arange(M)[:, None]
+    nl.store(result[i_o, i_n], value=nl.copy(res, dtype=result.dtype))
+    return result
+
+
+@nki.jit
+def tile_math(x, y):
+    """nl element-wise math, scalars on either side, partition broadcast, reductions, transpose, nl.matmul."""
+    P, F = x.shape
+    out = nl.ndarray((6, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    red = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    tr = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+    mm = nl.ndarray((P, P), dtype=nl.float32, buffer=nl.shared_hbm)
+    a, b = nl.load(x), nl.load(y)
+    nl.store(out[0], (a + b) * 2.0 - 1.5 / (nl.abs(b) + 1.0))
+    nl.store(out[1], nl.maximum(a, b) - nl.minimum(a, 0.25) + nl.square(a) + -a)
+    nl.store(out[2], nl.relu(a) * nl.sigmoid(b) + nl.tanh(a) - nl.sqrt(nl.abs(b)) + nl.rsqrt(nl.abs(a) + 1.0))
+    nl.store(out[3], nl.greater(a, b) + nl.less_equal(a, 0.0) + nl.equal(a, a))
+    mx = nl.max(a, axis=1)  # [P]: broadcast along the free axis
+    nl.store(out[4], nl.subtract(a, mx))
+    nl.store(out[5], nl.exp(a) * nl.reciprocal(nl.sum(nl.exp(a), axis=1, keepdims=True)))
+    nl.store(red[:, 0:1], nl.max(a, axis=1, keepdims=True))
+    nl.store(red[:, 1:2], nl.min(b, axis=[1], keepdims=True))
+    nl.store(red[:, 2:3], nl.sum(a, axis=1, keepdims=True))
+    nl.store(red[:, 3:4], nl.mean(b, axis=1, keepdims=True))
+    nl.store(tr, nl.transpose(a))
+    nl.store(mm, nl.matmul(a, nl.transpose(b)))
+    return out, red, tr, mm
+
+
+@nki.jit
+def bf16_tile_math(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.load(x, dtype=nl.bfloat16)  # rounded on the load
+    u = nl.multiply(t, 3.0, dtype=nl.bfloat16)  # fp32 math, rounded once
+    nl.store(out, nl.add(u, t))  # promote(bf16, bf16) = bf16, rounded on the store
+    return out
+
+
+def test_nl_softmax(monkeypatch):
+    dev = _dev()
+    x = _randn(256, 200, seed=40)
+    ref, out = both(softmax_rows, lambda: (x.to(dev),), monkeypatch)
+    # exp: the library's vector polynomial vs numpy's; the row sum: SIMD lanes vs numpy's pairwise order
+    torch.testing.assert_close(out, ref, rtol=4e-6, atol=1e-7)
+
+
+def test_nl_matmul_older_api(monkeypatch):
+    dev = _dev()
+    lhsT, rhs = _randn(256, 64, seed=41), _randn(256, 96, seed=42)
+    ref, out = both(matmul_old_api, lambda: (lhsT.to(dev), rhs.to(dev)), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)  # dot-product order inside each K=128 GEMM
+
+
+def test_nl_tile_math(monkeypatch):
+    dev = _dev()
+    x, y = _randn(96, 80, seed=43), _randn(96, 80, seed=44)
+    ref, out = both(tile_math, lambda: (x.to(dev), y.to(dev)), monkeypatch)
+    (o, r, t, m), (o_ref, r_ref, t_ref, m_ref) = out, ref
+    for i in (0, 1, 3, 4):  # add/mul/div/max/min/square/negate/compare: one fp32 operation each, exact
+        _same(o[i], o_ref[i])
+    # sigmoid/tanh/sqrt/rsqrt/exp: vector polynomials vs libm; the row sums: SIMD vs pairwise order
+    torch.testing.assert_close(o, o_ref, rtol=4e-6, atol=1e-6)
+    _same(r[:, :2], r_ref[:, :2])  # max/min
+    torch.testing.assert_close(r, r_ref, rtol=1e-5, atol=1e-6)
+    _same(t, t_ref)
+    torch.testing.assert_close(m, m_ref, rtol=1e-5, atol=1e-5)
+
+
+def test_nl_bf16(monkeypatch):
+    dev = _dev()
+    x = _randn(64, 130, seed=45)
+    ref, out = both(bf16_tile_math, lambda: (x.to(dev),), monkeypatch)
+    _same(out, ref)
+
+
+def test_bench_nl_kernels_replay(monkeypatch):
+    dev = _dev()
+    bench = _bench()
+    x, w = _randn(256, 512, seed=46), _randn(512, seed=47)
+    ref, out = both(bench.rmsnorm_kernel, lambda: (x.to(dev), w.to(dev)), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=4e-6, atol=1e-6)  # the row sum of squares: order
+    ref, out = both(bench.softmax_kernel, lambda: (x.to(dev),), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=4e-6, atol=1e-7)  # exp and the row sum
+
+
+def test_nl_inplace_store_into_argument(monkeypatch):
+    dev = _dev()
+
+    @nki.jit
+    def scale_inplace(x):
+        t = nl.load(x)
+        nl.store(x, t * 2.0)
+        return x
+
+    base = torch.arange(64.0).reshape(8, 8)
+    ref, out = both(scale_inplace, lambda: (base.to(dev)[::2, 1:5],), monkeypatch)
+    _same(out, ref)
+    x = base.to(dev)
+    view = x[::2, 1:5]
+    r = scale_inplace(view)
+    assert r.data_ptr() == view.data_ptr()
+    expect = base.clone()
+    expect[::2, 1:5] *= 2
+    _same(x.cpu(), expect)
+
+
+def test_nl_partial_mask_falls_back(monkeypatch):
+    """A tail tile (rows < R leaves rows out) is not lowered: the signature stays interpreted, and right."""
+    dev = _dev()
+    x = _randn(200, 64, seed=48)
+    r1 = softmax_rows(x.to(dev)).cpu()
+    r2 = softmax_rows(x.to(dev)).cpu()
+    st = nki.compile_stats()
+    assert st["compiled_calls"] == 0 and len(st["fallbacks"]) == 1, st
+    _same(r1, r2)
+    torch.testing.assert_close(r2, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_nl_older_idioms(monkeypatch):
+    dev = _dev()
+
+    @nki.jit
+    def k(lhsT, rhs):
+        K, M = lhsT.shape
+        _, N = rhs.shape
+        out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.load(lhsT)
+        b = nl.load(rhs)
+        acc = nl.ndarray((2, nl.par_dim(M), N), dtype=nl.float32, buffer=nl.psum)
+        for r in nl.affine_range(2):
+            acc[1] += nisa.nc_matmul(a, b)
+        s = nisa.tensor_copy(acc[1], dtype=nl.float32)
+        mx = nl.max(s, axis=1)
+        nl.store(out, nl.subtract(s, mx))
+        return out
+
+    g = torch.Generator().manual_seed(49)
+    lhsT = torch.randint(-2, 3, (64, 32), generator=g).float()
+    rhs = torch.randint(-2, 3, (64, 48), generator=g).float()
+    ref, out = both(k, lambda: (lhsT.to(dev), rhs.to(dev)), monkeypatch)
+    _same(out, ref)  # small integers: every order is exact
+
+    @nki.jit
+    def ids(out):
+        i = nl.program_id(0)
+        t = nl.full((1, 1), i, dtype=nl.int32)
+        nl.store(out[i:i + 1, :], t)
+        return out
+
+    ref, out = both(ids[nl.spmd_dim(3, nl.nc(2))], lambda: (torch.full((6, 1), -1, dtype=torch.int32).to(dev),),
+                    monkeypatch)
+    _same(out, ref)
+    _same(out[:, 0], torch.arange(6, dtype=torch.int32))
