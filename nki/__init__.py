@@ -8,7 +8,9 @@
   nc_matmul limits, values rounded to the destination dtype on every store, NaN-filled fresh allocations.
   A broken limit raises ``nki.NkiError`` naming the limit, the value and the kernel's file:line.
 
-This first version interprets every instruction in numpy (see docs/DEVELOPING.md: the lowering to C is not done).
+Called with torch tensors, a kernel is traced once per argument signature and replayed in C on the device's kernel
+library (``nki/_compile.py``; ``NKI_COMPILE=0`` turns that off); numpy arrays and ``nki.simulate`` run the
+per-instruction numpy interpreter, which is the reference.
 """
 
 from __future__ import annotations

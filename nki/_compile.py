@@ -9,7 +9,11 @@ nki_exec.c), which calls the kernel library (copies, element-wise, reductions, G
 
 Anything the lowering does not know - an instruction without a lowering, a value read back into Python, a
 partial mask, an integer computation - marks the key "interpret": those calls keep running the interpreter,
-which stays the reference. ``NKI_COMPILE=0`` turns the fast path off.
+which stays the reference. ``nki.compile_stats()`` counts replayed and interpreted calls and says why a
+signature fell back.
+
+The fast path is on by default for kernels called with torch tensors; ``NKI_COMPILE=0`` turns it off. Kernels
+called with numpy arrays, or through ``nki.simulate``, always run the interpreter (simulation).
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ _exec = None  # torch_neuronx._C._nki_exec, once loaded; False when unavailable
 
 
 def enabled() -> bool:
-    return os.environ.get("NKI_COMPILE", "0") == "1" and _executor() is not None
+    return os.environ.get("NKI_COMPILE", "1") != "0" and _executor() is not None
 
 
 def _executor():
