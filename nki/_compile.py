@@ -438,7 +438,156 @@ class Trace:
         if tmpl is None:
             self.bad = "the kernel returns something other than HBM tensors and Python values"
             return None
+        if os.environ.get("NKI_COMPILE_OPT", "1") != "0":
+            optimize(self)
         return Plan(self, tmpl)
+
+
+# ----------------------------------------------------------------------------------------------- optimizer
+# The recorded steps follow the kernel instruction by instruction: every tile is NaN-filled when allocated, every
+# nl.load / dma_copy copies HBM into a tile that one step then reads, every result goes through a tile that one
+# copy then stores. On the host these are all memory passes, each ~10 us or more. The passes below remove what
+# cannot change the result: reads of a tile that is an exact copy of memory read that memory (load forwarding),
+# a result copied unchanged to its destination is written there directly (store forwarding), and a write to a
+# tile or fresh output that nothing reads before it is overwritten is dropped. Each works on exact byte sets, and
+# anything it cannot prove (argument tensors may alias each other) keeps the step.
+def _reads(step):
+    kind, _, _, flags, ops = step
+    r = list(ops[1:])
+    if kind == GEMM and flags & 1:
+        r.append(ops[0])
+    return r
+
+
+def _same(a, b):
+    return (a.region == b.region and a.off == b.off and a.shape == b.shape and a.strides == b.strides
+            and a.dt == b.dt)
+
+
+def _overlap(a, b, regions):
+    if a.region == 0 or b.region == 0:
+        return False  # the constant pool is never written
+    if a.region != b.region:
+        # argument tensors are separate regions but may share memory
+        return regions[a.region]["kind"] == "arg" and regions[b.region]["kind"] == "arg"
+    if 0 in a.shape or 0 in b.shape:
+        return False
+    x, y = a.byte_range(), b.byte_range()
+    return x[0] < y[1] and y[0] < x[1]
+
+
+def _mask_view(mask, o):
+    es = 4 if o.name == "const" else _core.to_dtype(o.name).itemsize
+    return np.ndarray(tuple(o.shape) + (es,), dtype=bool, buffer=mask, offset=o.off,
+                      strides=tuple(int(st) * es for st in o.strides) + (1,))
+
+
+def _forward_loads(ins, regions):
+    for i, (kind, _, _, _, ops) in enumerate(ins):
+        if kind != COPY:
+            continue
+        d, src = ops
+        if regions[d.region]["kind"] != "chip" or d.dt != src.dt or d.shape != src.shape:
+            continue
+        for j in range(i + 1, len(ins)):
+            k2, op2, v2, f2, ops2 = ins[j]
+            w = ops2[0]
+            # a step reading src where it writes must do so element by element on the same view (no partial
+            # overlap: nk_copy and GEMM take none)
+            clash = _overlap(w, src, regions) and not (_same(w, src) and k2 in (COPY, UNARY, BINARY))
+            new = list(ops2)
+            for n in range(1, len(ops2)):
+                if _same(ops2[n], d) and not clash:
+                    new[n] = src
+            if new != list(ops2):
+                ins[j] = (k2, op2, v2, f2, new)
+            if _overlap(w, d, regions) or _overlap(w, src, regions):
+                break
+
+
+def _forward_stores(ins, regions):
+    i = 0
+    while i < len(ins):
+        kind, _, _, _, ops = ins[i]
+        if kind != COPY or regions[ops[1].region]["kind"] != "chip" or ops[0].dt != ops[1].dt \
+                or ops[0].shape != ops[1].shape or regions[ops[0].region]["kind"] == "const":
+            i += 1
+            continue
+        h, d = ops
+        ok = False
+        p = i - 1
+        while p >= 0:  # the step that produced d, with nothing touching d or h in between
+            pk, pop, pv, pf, pops = ins[p]
+            if _same(pops[0], d):
+                ok = pk in (FILL, COPY, UNARY, BINARY, REDUCE) or (pk == GEMM and not pf & 1)
+                break
+            if _overlap(pops[0], d, regions) or _overlap(pops[0], h, regions) or \
+                    any(_overlap(r, d, regions) or _overlap(r, h, regions) for r in _reads(ins[p])):
+                break
+            p -= 1
+        if ok:  # the producer must not read h other than element-wise in place
+            for r in _reads(ins[p]):
+                if _overlap(r, h, regions) and not (_same(r, h) and ins[p][0] in (COPY, UNARY, BINARY)):
+                    ok = False
+        if ok:  # and nothing may read d after the copy before d is rewritten whole
+            for j in range(i + 1, len(ins)):
+                if any(_overlap(r, d, regions) for r in _reads(ins[j])):
+                    ok = False
+                    break
+                if _same(ins[j][4][0], d):
+                    break
+        if ok:
+            pk, pop, pv, pf, pops = ins[p]
+            ins[p] = (pk, pop, pv, pf, [h] + list(pops[1:]))
+            del ins[i]
+            continue
+        i += 1
+
+
+def _drop_dead(ins, regions):
+    touching = {}
+    for j, st in enumerate(ins):
+        for o in [st[4][0]] + _reads(st):
+            touching.setdefault(o.region, []).append(j)
+    dead = set()
+    for i, st in enumerate(ins):
+        w = st[4][0]
+        reg = regions[w.region]
+        if reg["kind"] not in ("chip", "out") or 0 in w.shape:
+            continue
+        try:
+            pending = np.zeros(reg["nbytes"], dtype=bool)
+            _mask_view(pending, w)[...] = True
+        except (ValueError, TypeError):
+            continue
+        verdict = reg["kind"] == "chip"  # nothing reads it before the end: dead on chip, live in an output
+        try:
+            for j in sorted(set(touching.get(w.region, ()))):
+                if j <= i or j in dead:
+                    continue
+                if any(r.region == w.region and _mask_view(pending, r).any() for r in _reads(ins[j])):
+                    verdict = False
+                    break
+                _mask_view(pending, ins[j][4][0])[...] = False
+                if not pending.any():
+                    verdict = True
+                    break
+        except (ValueError, TypeError):
+            verdict = False
+        if verdict:
+            dead.add(i)
+    ins[:] = [st for j, st in enumerate(ins) if j not in dead]
+    return bool(dead)
+
+
+def optimize(tr):
+    ins = [(k, op, v, f, list(ops)) for k, op, v, f, ops in tr.ins]
+    _forward_loads(ins, tr.regions)
+    _forward_stores(ins, tr.regions)
+    for _ in range(4):
+        if not _drop_dead(ins, tr.regions):
+            break
+    tr.ins = ins
 
 
 def _root(st):
