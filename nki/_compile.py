@@ -50,6 +50,7 @@ _INS_DT = np.dtype([("kind", "<i4"), ("op", "<i4"), ("nops", "<i4"), ("flags", "
 
 stats = {"traces": 0, "compiled_calls": 0, "interpreted_calls": 0, "fallbacks": []}
 _PLANS = {}
+_FAST = {}  # the same plans keyed from the torch arguments themselves (nki/__init__.py: Kernel._fast_key)
 _LOCK = threading.Lock()  # the counters (plans are set and read whole: a dict item is atomic under the GIL)
 _INTERPRET = "interpret"
 _exec = None  # torch_neuronx._C._nki_exec, once loaded; False when unavailable
@@ -85,6 +86,7 @@ def bump(name, item=None):
 def reset():
     """Forget every plan and zero the counters (tests)."""
     _PLANS.clear()
+    _FAST.clear()
     stats.update(traces=0, compiled_calls=0, interpreted_calls=0, fallbacks=[])
 
 
@@ -731,6 +733,27 @@ class Plan:
         self.bases[1] = _ptr(self.consts)
         self.steps = len(tr.ins)
         self.lock = threading.Lock()  # one arena and one base table per plan: one replay at a time
+        self.ins_ptr, self.bases_ptr = _ptr(self.ins), _ptr(self.bases)
+        self.torch_outs = None
+
+    def run_torch(self, tensors, device):
+        """Replay on torch tensors (the arguments' tensors in order): returns what the kernel returns, as
+        ``_Args.from_nki`` would (an argument or output itself when the view is the whole tensor)."""
+        import torch
+
+        from . import _torch_bridge
+
+        if self.torch_outs is None:
+            self.torch_outs = [(tuple(shape), _torch_bridge.torch_dtype(dt)) for shape, dt, _ in self.outs]
+        outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in self.torch_outs]
+        with self.lock:
+            bases = self.bases
+            for i, t in enumerate(tensors):
+                bases[2 + i] = t.untyped_storage().data_ptr()
+            for j, t in enumerate(outs):
+                bases[2 + self.nargs + j] = t.untyped_storage().data_ptr()
+            _exec(self.ins_ptr, self.steps, self.bases_ptr, len(bases))
+        return _build_torch(self.template, tensors, outs)
 
     def run(self, nargs, nkw, torch_device):
         args = _tensors(list(nargs) + [nkw[k] for k in sorted(nkw)], [])
@@ -745,6 +768,22 @@ class Plan:
                 bases[2 + self.nargs + j] = _ptr(t.storage.flat)
             _exec(_ptr(self.ins), self.steps, _ptr(bases), len(bases))
         return _build(self.template, args, outs)
+
+
+def _build_torch(tmpl, args, outs):
+    tag = tmpl[0]
+    if tag == "V":
+        return tmpl[1]
+    if tag == "T":
+        _, kind, idx, shape, strides, offset = tmpl
+        src = args[idx] if kind == "arg" else outs[idx]
+        if tuple(src.shape) == tuple(shape) and tuple(src.stride()) == tuple(strides) and \
+                src.storage_offset() == offset:
+            return src
+        return src.as_strided(shape, strides, offset)
+    if tag is dict:
+        return {k: _build_torch(v, args, outs) for k, v in tmpl[1].items()}
+    return tag(_build_torch(v, args, outs) for v in tmpl[1])
 
 
 def _new_output(shape, dt, torch_device):
