@@ -124,9 +124,22 @@ at::Tensor& neuron_gather_out(const at::Tensor& self, int64_t dim, const at::Ten
   return gather_out_impl(self, dim, index, out);
 }
 
+bool reduced_float(const at::Tensor& t) {
+  return t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+}
+
 // self.scatter_(dim, index, src or value), accumulate for scatter_add_.
 at::Tensor& scatter_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor* src,
                             const at::Scalar* value, bool accumulate) {
+  if (accumulate && src != nullptr && reduced_float(self) && src->scalar_type() == self.scalar_type()) {
+    // PyTorch's CPU kernel sums half and bfloat16 contributions in float and rounds each element once;
+    // rounding after every addition drifts by several ulps where many indices meet.
+    at::Tensor wide = self.to(at::kFloat);
+    const at::Tensor wide_src = src->to(at::kFloat);
+    scatter_inplace(wide, dim, index, &wide_src, nullptr, true);
+    self.copy_(wide);
+    return self;
+  }
   bool simple_value = value == nullptr || value->isFloatingPoint() || value->isIntegral(false) || value->isBoolean();
   if (index_ok(index, true) && index.dim() == self.dim() && simple_value &&
       (src == nullptr || (src->scalar_type() == self.scalar_type() && src->dim() == self.dim() &&
@@ -223,6 +236,21 @@ at::Tensor neuron_index_copy(const at::Tensor& self, int64_t dim, const at::Tens
 
 at::Tensor& index_add_inplace(at::Tensor& self, int64_t dim, const at::Tensor& index, const at::Tensor& source,
                               const at::Scalar& alpha) {
+  if (reduced_float(self) && source.scalar_type() == self.scalar_type() && source.dim() == self.dim() &&
+      !source.is_same(self) && !alpha.isComplex()) {
+    // PyTorch's CPU kernel, for half and bfloat16 along the first or last dimension of a tensor of 2+
+    // dims with an int64 index and alpha 1, is a scatter_add: summed in float, rounded once per element.
+    // Elsewhere it adds one slice after another, rounding each time, as the kernel below does. (With
+    // alpha != 1 its vectorised and scalar loops round source * alpha differently; ours rounds once.)
+    const int64_t d = self.dim() ? wrap(dim, self) : 0;
+    const bool one = alpha.isIntegral(true) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0;
+    if (self.dim() > 1 && (d == 0 || d == self.dim() - 1) && index.scalar_type() == at::kLong && one) {
+      at::Tensor wide = self.to(at::kFloat);
+      index_add_inplace(wide, d, index, source.to(at::kFloat), 1);
+      self.copy_(wide);
+      return self;
+    }
+  }
   if (index_ok(index, true) && index.dim() <= 1 && source.scalar_type() == self.scalar_type() &&
       source.dim() == self.dim() && !source.is_same(self) && (alpha.isFloatingPoint() || alpha.isIntegral(false))) {
     const int32_t d = self.dim() ? wrap(dim, self) : 0;
