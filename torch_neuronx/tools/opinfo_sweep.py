@@ -352,6 +352,60 @@ def _grads(outputs, inputs, seed, device):
     return list(torch.autograd.grad(outs, inputs, gos, allow_unused=True))
 
 
+def _as_close_as_cpu(fn, cpu_args, process, cpu_req, seed, dev_grads, cpu_grads, atol, rtol):
+    """Arbitrates a gradient mismatch with the exact answer: the sample rerun on CPU in float64 (the same
+    inputs and grad_outputs, widened). Cancellation in a backward (a layer_norm over one element, a pow
+    near 0) turns one rounding into a large relative error on CPU too; neuron is right where each of its
+    elements is no further from the float64 gradient than CPU's element is, plus the tolerance."""
+    wide = {}
+
+    def widen(obj):
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in wide:
+                t = obj.detach()
+                if t.dtype in (torch.float16, torch.bfloat16, torch.float32):
+                    t = t.double()
+                else:
+                    t = t.clone()
+                wide[id(obj)] = t.requires_grad_(obj.requires_grad)
+            return wide[id(obj)]
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(widen(x) for x in obj) if not hasattr(obj, "_fields") else type(obj)(*map(widen, obj))
+        if isinstance(obj, dict):
+            return {k: widen(v) for k, v in obj.items()}
+        return obj
+
+    try:
+        args64 = widen(cpu_args)
+        req64 = [wide[id(t)] for t in cpu_req]
+        torch.manual_seed(seed)
+        outs = [t for t in tensor_leaves(process(_call(fn, cpu_args)))
+                if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+        torch.manual_seed(seed)
+        outs64 = [t for t in tensor_leaves(process(_call(fn, args64)))
+                  if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+        if len(outs) != len(outs64):
+            return False
+        # The grad_outputs of _grads: drawn in the original dtype, then widened.
+        g = torch.Generator().manual_seed(seed)
+        gos = [torch.randn(t.shape, generator=g, dtype=t.dtype).to(t64.dtype) for t, t64 in zip(outs, outs64)]
+        grads64 = torch.autograd.grad(outs64, req64, gos, allow_unused=True)
+    except Exception:  # noqa: BLE001  (no float64 kernel, say): no arbiter, the mismatch stands
+        return False
+    for d, c, r in zip(dev_grads, cpu_grads, grads64):
+        if d is None or c is None or r is None:
+            if (d is None) != (c is None):
+                return False
+            continue
+        d, c, r = (_dense_cpu(x).to(torch.float64) for x in (d, c, r))
+        if d.shape != r.shape or c.shape != r.shape:
+            return False
+        ok = ((d - r).abs() <= (c - r).abs() + atol + rtol * r.abs()) | (d == c) | (d.isnan() & c.isnan())
+        if not bool(ok.all()):
+            return False
+    return True
+
+
 def _expected_devices(fn, template, n):
     """Device types the op's n output tensors should have on the device under test: where the op puts
     them when run on the meta template (meta: the device under test; cpu: CPU whatever the device), or
@@ -621,7 +675,13 @@ def run_case(op, dtype, sample, variant, seed, tol, counts_out, template=None):
             if _ties_chosen_differently(op.name, actual, expected):
                 grad_note += " (gradient not compared: equal elements' indices chosen differently, both valid)"
             else:
-                compare(dev_grads, cpu_grads, atol, rtol, "gradient")
+                try:
+                    compare(dev_grads, cpu_grads, atol, rtol, "gradient")
+                except Mismatch:
+                    if not _as_close_as_cpu(fn, cpu_args, process, cpu_req, seed, dev_grads, cpu_grads, atol, rtol):
+                        raise
+                    grad_note += (" (gradient differs from CPU's by more than the tolerance, but is no further from "
+                                  "the float64 gradient than CPU's is, plus the tolerance)")
     except Mismatch as m:
         rng = random_ops(counts_out)
         if rng:
