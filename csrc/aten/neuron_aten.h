@@ -8,6 +8,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <string>
 
 extern "C" {
@@ -93,11 +94,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> neuron_convolution_backward_overr
 struct OpCount;
 OpCount& count_slot(const std::string& op);
 void count_native_slot(OpCount& slot);
-// Counts one native call of `op`; the counter is looked up once per call site.
+// ---- profiler (neuron_profiler.cpp) ----
+// True while a torch.profiler session with ProfilerActivity.PrivateUse1 records: the only thing an op reads
+// when no profiler is attached (one relaxed load and a not-taken branch per kernel).
+extern std::atomic<bool> g_prof_active;
+// A device-kernel range for the profiler: the span of a native kernel, a fallback op or a collective on the
+// calling thread (the device executes there, synchronously), linked to the operator PyTorch recorded.
+class ProfKernel {
+ public:
+  enum Kind { kNative = 0, kFallback = 1, kCollective = 2, kGraph = 3 };
+  explicit ProfKernel(const char* name, Kind kind = kNative) {
+    if (C10_UNLIKELY(g_prof_active.load(std::memory_order_relaxed))) begin(name, kind);
+  }
+  ~ProfKernel() {
+    if (C10_UNLIKELY(rec_ >= 0)) end();
+  }
+  ProfKernel(const ProfKernel&) = delete;
+  ProfKernel& operator=(const ProfKernel&) = delete;
+
+ private:
+  void begin(const char* name, Kind kind);
+  void end();
+  int64_t rec_ = -1;
+};
+// The same range from Python (compiled graphs): a token for prof_range_end, -1 when no profiler records.
+int64_t prof_range_begin(const std::string& name, int kind);
+void prof_range_end(int64_t token);
+
+// Counts one native call of `op` (the counter is looked up once per call site) and, while a profiler
+// records, times the rest of the enclosing scope as a device kernel of that name.
 #define NEURON_NATIVE(op)                                                          \
-  do {                                                                             \
-    static ::torch_neuronx::OpCount& _slot = ::torch_neuronx::count_slot(op);      \
-    ::torch_neuronx::count_native_slot(_slot);                                     \
-  } while (0)
+  static ::torch_neuronx::OpCount& _neuron_slot = ::torch_neuronx::count_slot(op); \
+  ::torch_neuronx::count_native_slot(_neuron_slot);                                \
+  ::torch_neuronx::ProfKernel _neuron_prof(op)
 
 }  // namespace torch_neuronx

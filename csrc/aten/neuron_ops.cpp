@@ -856,6 +856,7 @@ void neuron_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   }
 
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, call.device));
+  ProfKernel prof(schema.name().c_str(), ProfKernel::kFallback);
   nrn_stream_id stream = NRN_STREAM_DEFAULT;
   NRN_CHECK(nrn_stream_get_current(call.device, &stream));
   NRN_CHECK(nrn_stream_submit(call.device, stream));

@@ -38,6 +38,7 @@ namespace {
 // A collective: once it is entered, the C layer synchronises the ranks even when it fails (see Call).
 #define NCL_RUN(expr, op)                         \
   do {                                            \
+    ::torch_neuronx::ProfKernel _neuron_prof(op, ::torch_neuronx::ProfKernel::kCollective); \
     entered_ = true;                              \
     ncl_status _s = (expr);                       \
     if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
