@@ -51,6 +51,28 @@ static nk_status nkx_ew(nk_ew_iter *it, const nk_tensor *ts, int nops) {
         }
     }
     for (int32_t d = 0; d < nd; d++) it->sizes[nd - 1 - d] = ts[0].sizes[d];
+    /* Coalesce: drop size-1 dims and merge dims every operand walks contiguously, so a [128, 1] tile is one
+     * run of 128 elements rather than 128 runs of one (each run is a call of the vector loop). */
+    int32_t m = 0;
+    for (int32_t d = 0; d < nd; d++) {
+        if (it->sizes[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < nops && merge; k++)
+            merge = it->strides[k][d] == it->strides[k][m - 1] * it->sizes[m - 1];
+        if (merge) {
+            it->sizes[m - 1] *= it->sizes[d];
+            continue;
+        }
+        it->sizes[m] = it->sizes[d];
+        for (int k = 0; k < nops; k++) it->strides[k][m] = it->strides[k][d];
+        m++;
+    }
+    if (m == 0 && nd > 0) {  /* every dim 1: one element */
+        m = 1;
+        it->sizes[0] = 1;
+        for (int k = 0; k < nops; k++) it->strides[k][0] = 0;
+    }
+    it->ndim = m;
     return NK_SUCCESS;
 }
 
@@ -114,6 +136,8 @@ static bool nkx_large(const nkx_instr *in) {
     for (int32_t d = 0; d < o->ndim && d < NKX_MAX_DIMS; d++) n *= o->sizes[d];
     if (in->kind == NKX_GEMM && in->nops == 3 && in->o[1].ndim == 2)
         return n * in->o[1].sizes[1] >= NKX_PARALLEL_MACS;
+    if (in->kind == NKX_UNARY)  /* exp, tanh, ...: ~8x the work of an add per element */
+        n *= 8;
     return n >= NKX_PARALLEL_ELEMS;
 }
 
