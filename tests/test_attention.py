@@ -50,6 +50,22 @@ def test_forward(dtype, shape, causal):
     check(out, cpu_ref(q, k, v, is_causal=causal, enable_gqa=gqa), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kt_layout", ["contiguous", "transposed"])
+def test_forward_several_query_and_key_blocks(dtype, causal, kt_layout):
+    # Keys are transposed once per call for every 64-query block: 3 query blocks (the last partial), key
+    # blocks of 64 with a partial last one, causality cutting blocks short, GQA, D not a multiple of 16, and
+    # keys read through strides.
+    B, Hq, Hkv, Lq, Lk, D = 2, 4, 2, 150, 200, 72
+    q, k, v = inputs(B, Hq, Hkv, Lq, Lk, D, dtype)
+    kn = k.to("neuron")
+    if kt_layout == "transposed":
+        kn = kn.transpose(2, 3).contiguous().transpose(2, 3)
+    out = F.scaled_dot_product_attention(q.to("neuron"), kn, v.to("neuron"), is_causal=causal, enable_gqa=True)
+    check(out, cpu_ref(q, k, v, is_causal=causal, enable_gqa=True), dtype)
+
+
 @pytest.mark.parametrize("mask_kind", ["bool_full", "bool_bcast", "float_2d", "float_bcast_head", "float_view"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_masks(mask_kind, dtype):

@@ -278,6 +278,8 @@ typedef struct nk_sdpa_ctx {
     double keep;           /* 1 - dropout_p */
     float keep_scale;
     const nk_tensor *out, *lse, *grad_out, *dq, *dk, *dv, *dmask;
+    float *kt; /* forward: K transposed once per call, [B][Hkv][key block][Dp][nkp] (see nk_sdpa_kt_range) */
+    int64_t nkb;
     atomic_int failed;
 } nk_sdpa_ctx;
 
@@ -401,6 +403,45 @@ static void nk_sdpa_store_row(const nk_sdpa_ctx *c, int64_t b, int64_t h, int64_
 
 /* ---- forward ---------------------------------------------------------------------------------- */
 
+/* Key block kb of head (b, hk), transposed to [Dp][nkp] (nkp = nk rounded to 16, zero-padded) for the score
+ * GEMM, which broadcasts Q and streams K rows. Done once per call for all query blocks (each used to
+ * transpose every key block again: 16 times over for 1024 queries) and in 16 x 16 tiles: a row-at-a-time
+ * transpose wrote each key's D values to D different cache lines, 41% of a D = 512 attention. */
+static float *nk_sdpa_kt_block(const nk_sdpa_ctx *c, int64_t b, int64_t hk, int64_t kb) {
+    return c->kt + ((b * c->Hkv + hk) * c->nkb + kb) * c->Dp * NK_ATTN_BK;
+}
+
+static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    const nk_tensor *k = c->a->k;
+    const int64_t D = c->D, Dp = c->Dp;
+    float *rows;
+    float **const bufs[] = {&rows};
+    const size_t sizes[] = {(size_t)(16 * Dp)};
+    if (!nk_attn_carve(bufs, sizes, 1)) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = t / (c->Hkv * c->nkb), hk = (t / c->nkb) % c->Hkv, kb = t % c->nkb;
+        const int64_t k0 = kb * NK_ATTN_BK;
+        const int64_t nk = c->Lk - k0 < NK_ATTN_BK ? c->Lk - k0 : NK_ATTN_BK, nkp = nk_round16(nk);
+        float *dst = nk_sdpa_kt_block(c, b, hk, kb);
+        for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
+            const int64_t nj = nk - j0 < 16 ? (nk - j0 > 0 ? nk - j0 : 0) : 16;
+            for (int64_t j = 0; j < 16; j++) {
+                if (j < nj) nk_load_row(c, rows + j * Dp, nk_at(k, c->es, b, hk, k0 + j0 + j), k->strides[3], D, Dp);
+                else memset(rows + j * Dp, 0, sizeof(float) * (size_t)Dp);
+            }
+            for (int64_t d0 = 0; d0 < Dp; d0 += 16)
+                for (int64_t d = d0; d < d0 + 16; d++) {
+                    float *o = dst + d * nkp + j0;
+                    for (int64_t j = 0; j < 16; j++) o[j] = rows[j * Dp + d];
+                }
+        }
+    }
+}
+
 static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
     const nk_sdpa_args *a = c->a;
@@ -451,8 +492,13 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             const uint16_t *Vb = direct_vb ? (const uint16_t *)v->data + b * v->strides[0] + hk * v->strides[1] +
                                                  k0 * v->strides[2]
                                            : NULL;
-            if (mq >= 4) {
-                /* Transpose K into [Dp, nkp] so the score GEMM broadcasts Q and streams K rows. */
+            if (mq >= 4 && c->kt != NULL) {
+                memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
+                /* The stored block spans all its keys (causality may use fewer): its own row stride. */
+                const int64_t ldk = nk_round16(c->Lk - k0 < BK ? c->Lk - k0 : BK);
+                simd->gemm_acc(mq, nkp, Dp, Q, Dp, nk_sdpa_kt_block(c, b, hk, k0 / BK), ldk, S, nkp);
+            } else if (mq >= 4) {
+                /* Without memory for the shared transpose: K into [Dp, nkp] here. */
                 for (int64_t j = 0; j < nk; j++) {
                     const float *kr = tmp;
                     if (Kd != NULL) {
@@ -700,7 +746,21 @@ nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_
     /* Tiles pay off from a few dozen query rows (prefill); decode rows stay on the vector path. */
     const bool amx = a->q->dtype == NK_BF16 && c.Lq >= 16 && c.D > 0 && nk_gemm_bf16_on_amx() &&
                      nk_gemm_dpbf16_available();
+    if (!amx && c.Lq >= 4 && c.Lk > 0 && c.D > 0) {
+        /* K transposed once for every query block; a copy of K in fp32 (padded), skipped past 1 GiB. */
+        c.nkb = (c.Lk + NK_ATTN_BK - 1) / NK_ATTN_BK;
+        const double bytes = (double)c.B * (double)c.Hkv * (double)c.nkb * (double)c.Dp * NK_ATTN_BK * 4.0;
+        if (bytes <= (double)(1u << 30)) c.kt = nk_attn_alloc((size_t)(bytes / 4.0));
+        if (c.kt != NULL) {
+            nk_parallel_for(c.B * c.Hkv * c.nkb, 1, nk_sdpa_kt_range, &c);
+            if (atomic_load(&c.failed)) {
+                free(c.kt);
+                return NK_INVALID;
+            }
+        }
+    }
     nk_parallel_for(tasks, 1, amx ? nk_sdpa_fwd_amx_range : nk_sdpa_fwd_range, &c);
+    free(c.kt);
     return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
 }
 
