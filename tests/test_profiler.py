@@ -136,3 +136,16 @@ def test_collectives_have_sizes(tmp_path):
         assert coll[0]["args"]["kind"] == "collective" and coll[0]["dur"] > 0
         assert coll[0]["args"]["bytes"] == 4000 and coll[0]["args"]["device"] == rank
         assert coll[0]["args"]["Input Dims"][0] == [[1000]]
+
+
+def test_kernels_inside_a_kernel_are_not_counted_twice():
+    # relu's native kernel runs clamp_min's: one device event, so device times add up.
+    a = torch.randn(64, 64, device="neuron")
+    with profile(activities=ACTIVITIES) as prof:
+        torch.relu(a)
+    names = [e.key for e in prof.key_averages() if e.key.startswith("[neuron")]
+    assert any(n.startswith("[neuron] aten::relu") for n in names), names
+    assert not any("clamp_min" in n or "empty" in n for n in names), names
+    avgs = {e.key: e for e in prof.key_averages()}
+    assert avgs["aten::relu"].device_time_total == pytest.approx(
+        sum(e.self_device_time_total for e in prof.key_averages() if e.key.startswith("[neuron")))

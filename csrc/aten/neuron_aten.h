@@ -107,12 +107,13 @@ class ProfKernel {
     if (C10_UNLIKELY(g_prof_active.load(std::memory_order_relaxed))) begin(name, kind);
   }
   ~ProfKernel() {
-    if (C10_UNLIKELY(rec_ >= 0)) end();
+    if (C10_UNLIKELY(rec_ != -1)) end();
   }
   ProfKernel(const ProfKernel&) = delete;
   ProfKernel& operator=(const ProfKernel&) = delete;
 
  private:
+  static constexpr int64_t kNested = -2;  // inside another kernel: not recorded, only counted
   void begin(const char* name, Kind kind);
   void end();
   int64_t rec_ = -1;

@@ -168,7 +168,13 @@ const char* kind_name(int kind) {
   }
 }
 
+// Kernels open inside a kernel on this thread (a native op built on other native ops, the allocation of
+// its output): they are part of the outer kernel's time and are not recorded, so device times add up.
+// A compiled graph's range does not count: the kernels it runs are its content.
+thread_local int t_in_kernel = 0;
+
 int64_t open_range(const std::string& name, int kind) {
+  if (kind != kGraph && t_in_kernel++ > 0) return -1;
   Rec r;
   r.name = kind_prefix(kind) + name;
   r.kind = kind;
@@ -308,9 +314,15 @@ REGISTER_PRIVATEUSE1_PROFILER(NeuronActivityProfiler);
 
 }  // namespace
 
-void ProfKernel::begin(const char* name, Kind kind) { rec_ = open_range(name, kind); }
+void ProfKernel::begin(const char* name, Kind kind) {
+  rec_ = open_range(name, kind);
+  if (rec_ < 0 && kind != kGraph) rec_ = kNested;
+}
 
-void ProfKernel::end() { close_range(rec_); }
+void ProfKernel::end() {
+  if (rec_ != kNested) close_range(rec_);
+  if (t_in_kernel > 0) t_in_kernel--;
+}
 
 int64_t prof_range_begin(const std::string& name, int kind) {
   if (!g_prof_active.load(std::memory_order_relaxed)) return -1;
@@ -318,7 +330,7 @@ int64_t prof_range_begin(const std::string& name, int kind) {
 }
 
 void prof_range_end(int64_t token) {
-  if (token >= 0) close_range(token);
+  if (token >= 0) close_range(token);  // a graph's range (kGraph: no nesting count)
 }
 
 }  // namespace torch_neuronx
