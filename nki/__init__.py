@@ -270,7 +270,7 @@ simulate_kernel = simulate
 def compile_stats():
     """The fast path's counters: ``traces`` (first calls of a new signature, interpreted while recording),
     ``compiled_calls`` (replayed in C), ``interpreted_calls`` and ``fallbacks`` ((kernel, reason) of each
-    signature that stays interpreted)."""
+    signature that stays interpreted), ``fused_groups`` (row-blocked runs replayed, NKI_FUSE=1)."""
     return {k: (list(v) if isinstance(v, list) else v) for k, v in _compile.stats.items()}
 
 

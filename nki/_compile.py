@@ -48,7 +48,7 @@ _OP_DT = np.dtype([("region", "<i4"), ("dtype", "<i4"), ("ndim", "<i4"), ("pad",
 _INS_DT = np.dtype([("kind", "<i4"), ("op", "<i4"), ("nops", "<i4"), ("flags", "<i4"), ("value", "<f8"),
                     ("o", _OP_DT, (3,))])
 
-stats = {"traces": 0, "compiled_calls": 0, "interpreted_calls": 0, "fallbacks": []}
+stats = {"traces": 0, "compiled_calls": 0, "interpreted_calls": 0, "fallbacks": [], "fused_groups": 0}
 _PLANS = {}
 _FAST = {}  # the same plans keyed from the torch arguments themselves (nki/__init__.py: Kernel._fast_key)
 _LOCK = threading.Lock()  # the counters (plans are set and read whole: a dict item is atomic under the GIL)
@@ -87,7 +87,7 @@ def reset():
     """Forget every plan and zero the counters (tests)."""
     _PLANS.clear()
     _FAST.clear()
-    stats.update(traces=0, compiled_calls=0, interpreted_calls=0, fallbacks=[])
+    stats.update(traces=0, compiled_calls=0, interpreted_calls=0, fallbacks=[], fused_groups=0)
 
 
 class Unsupported(Exception):
@@ -582,6 +582,76 @@ def _drop_dead(ins, regions):
     return bool(dead)
 
 
+FUSE_NEXT = 1 << 30  # nki_exec.c's NKX_FUSE_NEXT: replay this step and the next one row block by row block
+
+
+def _rows_apart(a, b, regions):
+    """True when row r of a can only share bytes with row r of b (so running both a block of rows at a time
+    keeps every dependency)."""
+    if not _overlap(a, b, regions):
+        return True
+    if a.region != b.region or a.off != b.off or not a.shape or not b.shape or a.shape[0] != b.shape[0]:
+        return False
+    ea = 4 if a.name == "const" else _core.to_dtype(a.name).itemsize
+    eb = 4 if b.name == "const" else _core.to_dtype(b.name).itemsize
+    sa, sb = a.strides[0] * ea, b.strides[0] * eb
+    if sa != sb or sa <= 0:
+        return False
+    for o in (a, b):
+        lo, hi = Opd(o.region, o.dt, (1,) + o.shape[1:], o.strides, o.off, o.name).byte_range()
+        if lo < o.off or hi - o.off > sa:
+            return False
+    return True
+
+
+def _fusable(st, rows):
+    kind, _, _, flags, ops = st
+    if kind not in (COPY, UNARY, BINARY, REDUCE) or (kind == REDUCE and flags & 1):
+        return False
+    return all(len(o.shape) >= 1 and o.shape[0] == rows and len(o.shape) <= 6 for o in ops)
+
+
+def _fuse(ins, regions):
+    """Marks runs of element-wise steps and free-axis reduces over the same partition rows with FUSE_NEXT
+    (see nki_exec.c): the executor replays such a run a block of rows at a time, intermediates staying in L1.
+    Returns the number of runs."""
+    groups = 0
+    i = 0
+    while i < len(ins):
+        ops = ins[i][4]
+        rows = ops[0].shape[0] if ops and ops[0].shape else None
+        if rows is None or rows < 2 or not _fusable(ins[i], rows) or \
+                not all(_rows_apart(ops[0], r, regions) for r in _reads(ins[i])):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(ins) and _fusable(ins[j], rows):
+            w = ins[j][4][0]
+            rd = _reads(ins[j])
+            if not all(_rows_apart(w, r, regions) for r in rd):
+                break
+            ok = True
+            for p in range(i, j):
+                pw = ins[p][4][0]
+                if not (_rows_apart(pw, w, regions) and all(_rows_apart(pw, r, regions) for r in rd)
+                        and all(_rows_apart(w, r, regions) for r in _reads(ins[p]))):
+                    ok = False
+                    break
+            if not ok:
+                break
+            # only a chain: the step reads what the run wrote (independent tiles gain nothing, and pay the blocks)
+            if not any(_overlap(ins[p][4][0], r, regions) for p in range(i, j) for r in rd):
+                break
+            j += 1
+        if j - i > 1:
+            for p in range(i, j - 1):
+                k, op, v, f, o = ins[p]
+                ins[p] = (k, op, v, f | FUSE_NEXT, o)
+            groups += 1
+        i = j
+    return groups
+
+
 def optimize(tr):
     ins = [(k, op, v, f, list(ops)) for k, op, v, f, ops in tr.ins]
     _forward_loads(ins, tr.regions)
@@ -590,6 +660,8 @@ def optimize(tr):
         if not _drop_dead(ins, tr.regions):
             break
     tr.ins = ins
+    # opt-in: replaying through the library per row block measured slower than whole-tile steps (docs/nki.md)
+    tr.fuse = os.environ.get("NKI_FUSE", "0") == "1"  # done by Plan, once chip tiles have arena offsets
 
 
 def _root(st):
@@ -696,6 +768,20 @@ class Plan:
                             merged.append((off, sz))
                     free = merged
         self.arena = np.zeros(top + 64, dtype=np.uint8)
+        self.fused = 0
+        if getattr(tr, "fuse", False):
+            # tiles sharing arena bytes are one region for the fusion's hazard checks
+            regs = list(tr.regions) + [{"kind": "chip"}]
+            ar = len(tr.regions)
+
+            def at(o):
+                if tr.regions[o.region]["kind"] != "chip":
+                    return o
+                return Opd(ar, o.dt, o.shape, o.strides, arena_off[o.region] + o.off, o.name)
+
+            view = [(k, op, v, f, [at(o) for o in ops]) for k, op, v, f, ops in tr.ins]
+            self.fused = _fuse(view, regs)
+            tr.ins = [(vk, vop, vv, vf, ops) for (vk, vop, vv, vf, _), (_k, _op, _v, _f, ops) in zip(view, tr.ins)]
         self.consts = np.asarray(tr.consts or [0.0], dtype=np.float32)
         # final region ids: 0 arena, 1 constants, 2.. arguments, then the kernel's HBM outputs
         self.nargs = tr.nargs
@@ -753,6 +839,8 @@ class Plan:
             for j, t in enumerate(outs):
                 bases[2 + self.nargs + j] = t.untyped_storage().data_ptr()
             _exec(self.ins_ptr, self.steps, self.bases_ptr, len(bases))
+        if self.fused:
+            stats["fused_groups"] += self.fused
         return _build_torch(self.template, tensors, outs)
 
     def run(self, nargs, nkw, torch_device):
@@ -767,6 +855,8 @@ class Plan:
             for j, t in enumerate(outs):
                 bases[2 + self.nargs + j] = _ptr(t.storage.flat)
             _exec(_ptr(self.ins), self.steps, _ptr(bases), len(bases))
+        if self.fused:
+            stats["fused_groups"] += self.fused
         return _build(self.template, args, outs)
 
 

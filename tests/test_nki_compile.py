@@ -615,3 +615,56 @@ def test_optimizer_keeps_overlapping_shift(monkeypatch):
     expect = base.clone()
     expect[:, 1:] = base[:, :-1]
     _same(out, expect * 2)
+
+
+@nki.jit
+def rmsnorm_fuse(x, w):
+    N, D = x.shape
+    out = nl.ndarray((N, D), dtype=x.dtype, buffer=nl.shared_hbm)
+    iw = nl.arange(1)[:, None]
+    iy = nl.arange(D)[None, :]
+    wt = nl.load(w.reshape((1, D))[iw, iy])
+    ix = nl.arange(128)[:, None]
+    for i in nl.affine_range((N + 127) // 128):
+        rows = i * 128 + ix
+        t = nl.load(x[rows, iy], mask=(rows < N))
+        ss = nl.sum(nl.square(t), axis=1, keepdims=True)
+        r = nl.rsqrt(nl.add(nl.multiply(ss, 1.0 / D), 1e-6))
+        nl.store(out[rows, iy], value=nl.multiply(nl.multiply(t, r), wt.broadcast_to((128, D))), mask=(rows < N))
+    return out
+
+
+@nki.jit
+def softmax_fuse(x):
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    ix = nl.mgrid[0:128, 0:C]
+    for r in nl.affine_range((R + 127) // 128):
+        rows = r * 128 + ix.p
+        t = nl.load(x[rows, ix.x], mask=(rows < R))
+        mx = nl.max(t, axis=1, keepdims=True)
+        e = nl.exp(nl.subtract(t, mx))
+        s = nl.sum(e, axis=1, keepdims=True)
+        nl.store(out[rows, ix.x], value=nl.multiply(e, nl.reciprocal(s)), mask=(rows < R))
+    return out
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "softmax"])
+def test_fused_row_blocks(monkeypatch, name):
+    """NKI_FUSE=1: chains of element-wise steps and free-axis reduces replay a block of rows at a time; the
+    same steps in the same order, so bitwise equal to the unfused replay."""
+    dev = _dev()
+    x = _randn(256, 1000, seed=31)
+    w = _randn(1000, seed=32)
+    kern, mk = (rmsnorm_fuse, lambda: (x.to(dev), w.to(dev))) if name == "rmsnorm" else \
+        (softmax_fuse, lambda: (x.to(dev),))
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "0")
+    _, plain = both(kern, mk, monkeypatch)
+    assert nki.compile_stats()["fused_groups"] == 0
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "1")
+    ref, fused = both(kern, mk, monkeypatch)
+    assert nki.compile_stats()["fused_groups"] > 0
+    _same(fused, plain)
+    torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-6)

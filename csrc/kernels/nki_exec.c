@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#define NKX_FUSE_NEXT ((int32_t)1 << 30)  /* see nkx_group */
+
 void nkx_layout(int64_t out[3]) {
     out[0] = (int64_t)sizeof(nkx_instr);
     out[1] = (int64_t)sizeof(nkx_operand);
@@ -113,7 +115,7 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
         return nk_gemm(&t[0], &t[1], &t[2], NULL, 1.0, (in->flags & 1) ? 1.0 : 0.0);
     case NKX_REDUCE:
         if (in->nops != 2) return NK_INVALID;
-        return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)in->flags, (nk_reduce_op)in->op);
+        return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)(in->flags & ~NKX_FUSE_NEXT), (nk_reduce_op)in->op);
     default:
         return NK_INVALID;
     }
@@ -127,6 +129,15 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
  * execute inside one serial region (nk_parallel_for of one item: nested calls run on the caller), and only
  * steps large enough to amortize a join use the pool.
  */
+/*
+ * Fused groups: the tracer marks a run of element-wise steps (and reduces along free dims) whose operands share
+ * partition rows (row r of each step touches only row r of the others) with NKX_FUSE_NEXT on every step but the
+ * last. Such a group is replayed a block of rows at a time, every step on that block before the next block, so
+ * the intermediates of a [128, F] tile stay in L1 instead of each step streaming the whole tile through L2. The
+ * steps themselves, their math order and their rounding on each store are unchanged: results are bitwise equal.
+ */
+#define NKX_FUSE_CHUNK ((int64_t)32768)
+
 #define NKX_PARALLEL_ELEMS ((int64_t)1 << 18)
 #define NKX_PARALLEL_MACS ((int64_t)1 << 23)
 
@@ -141,6 +152,9 @@ static bool nkx_large(const nkx_instr *in) {
     return n >= NKX_PARALLEL_ELEMS;
 }
 
+static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner);
+static int64_t nkx_group_end(const nkx_instr *ins, int64_t i, int64_t n);
+
 typedef struct nkx_serial_ctx {
     const nkx_instr *ins;
     int64_t begin, end;
@@ -154,19 +168,99 @@ static void nkx_serial_run(void *ctx_, int64_t b, int64_t e) {
     (void)b;
     (void)e;
     nkx_serial_ctx *c = ctx_;
-    for (int64_t i = c->begin; i < c->end; i++) {
-        nk_status s = nkx_step(&c->ins[i], c->bases, c->nbases);
+    for (int64_t i = c->begin; i < c->end;) {
+        const int64_t g = nkx_group_end(c->ins, i, c->end);
+        nk_status s;
+        if (g - i > 1)
+            s = nkx_group(&c->ins[i], g - i, c->bases, c->nbases, true);
+        else
+            s = nkx_step(&c->ins[i], c->bases, c->nbases);
         if (s != NK_SUCCESS) {
             c->status = s;
             c->failed = i;
             return;
         }
+        i = g;
     }
+}
+
+typedef struct nkx_group_ctx {
+    const nkx_instr *ins;
+    int64_t n, rows, block;
+    void *const *bases;
+    int64_t nbases;
+    nk_status status;
+} nkx_group_ctx;
+
+static void nkx_group_run(void *ctx_, int64_t b, int64_t e) {
+    nkx_group_ctx *c = ctx_;
+    for (int64_t blk = b; blk < e; blk++) {
+        const int64_t r0 = blk * c->block;
+        const int64_t cnt = r0 + c->block <= c->rows ? c->block : c->rows - r0;
+        for (int64_t k = 0; k < c->n; k++) {
+            nkx_instr in = c->ins[k];
+            for (int32_t q = 0; q < in.nops && q < 3; q++) {
+                nkx_operand *o = &in.o[q];
+                if (o->ndim < 1 || o->dtype < 0 || o->dtype >= NK_DTYPE_COUNT) continue;
+                o->offset += r0 * o->strides[0] * (int64_t)nk_dtype_size((nk_dtype)o->dtype);
+                o->sizes[0] = cnt;
+            }
+            nk_status s = nkx_step(&in, c->bases, c->nbases);
+            if (s != NK_SUCCESS) {
+                c->status = s;
+                return;
+            }
+        }
+    }
+}
+
+/* Runs the fused group ins[0..n) (see NKX_FUSE_NEXT); the tracer guarantees every operand has rows rows. */
+static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner) {
+    const int64_t rows = ins[0].o[0].ndim >= 1 ? ins[0].o[0].sizes[0] : 1;
+    int64_t per_row = 1;
+    bool large = false;
+    for (int64_t k = 0; k < n; k++) {
+        large = large || nkx_large(&ins[k]);
+        for (int32_t q = 0; q < ins[k].nops && q < 3; q++) {
+            int64_t m = 1;
+            for (int32_t d = 1; d < ins[k].o[q].ndim && d < NKX_MAX_DIMS; d++) m *= ins[k].o[q].sizes[d];
+            if (m > per_row) per_row = m;
+        }
+    }
+    int64_t block = NKX_FUSE_CHUNK / per_row;
+    if (block < 1) block = 1;
+    const int64_t nblocks = rows > 0 ? (rows + block - 1) / block : 0;
+    nkx_group_ctx c = {ins, n, rows, block, bases, nbases, NK_SUCCESS};
+    if (large && !inner)
+        nk_parallel_for(nblocks, 1, nkx_group_run, &c);
+    else
+        nkx_group_run(&c, 0, nblocks);
+    return c.status;
+}
+
+static int64_t nkx_group_end(const nkx_instr *ins, int64_t i, int64_t n) {
+    int64_t j = i;
+    while (j + 1 < n && (ins[j].flags & NKX_FUSE_NEXT)) j++;
+    return j + 1;
 }
 
 nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, int64_t *failed_at) {
     int64_t i = 0;
     while (i < n) {
+        int64_t g = nkx_group_end(ins, i, n);
+        if (g - i > 1) {
+            bool large = false;
+            for (int64_t k = i; k < g; k++) large = large || nkx_large(&ins[k]);
+            if (large) {
+                nk_status s = nkx_group(&ins[i], g - i, bases, nbases, false);
+                if (s != NK_SUCCESS) {
+                    if (failed_at) *failed_at = i;
+                    return s;
+                }
+                i = g;
+                continue;
+            }
+        }
         if (nkx_large(&ins[i])) {
             nk_status s = nkx_step(&ins[i], bases, nbases);
             if (s != NK_SUCCESS) {
@@ -176,8 +270,14 @@ nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t n
             i++;
             continue;
         }
-        int64_t j = i + 1;
-        while (j < n && !nkx_large(&ins[j])) j++;
+        int64_t j = nkx_group_end(ins, i, n);
+        while (j < n && !nkx_large(&ins[j])) {
+            const int64_t g2 = nkx_group_end(ins, j, n);
+            bool big = false;
+            for (int64_t k = j; k < g2; k++) big = big || nkx_large(&ins[k]);
+            if (big) break;
+            j = g2;
+        }
         nkx_serial_ctx c = {ins, i, j, bases, nbases, NK_SUCCESS, -1};
         nk_parallel_for(1, 1, nkx_serial_run, &c);
         if (c.status != NK_SUCCESS) {
