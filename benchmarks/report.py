@@ -127,6 +127,13 @@ def _plt():
     return plt
 
 
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return True
+
+
 def plot_decode(records, path):
     """Decode tok/s against batch, neuron and CPU per model and dtype, with the read-bandwidth bound."""
     dec = [f for b, f in records if b == "generate" and f.get("phase") == "decode"]
@@ -154,10 +161,7 @@ def plot_decode(records, path):
     ax.set_title("Decode against the read-bandwidth bound")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_gemm(records, meta, path):
@@ -183,10 +187,7 @@ def plot_gemm(records, meta, path):
         ax.set_ylabel("GFLOP/s")
         ax.set_title(f"GEMM {dt}, F.linear(x[M, K], W[N, K]) as MxKxN")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def plot_collectives(records, path):
@@ -214,10 +215,7 @@ def plot_collectives(records, path):
         ax.set_title(f"Collectives, {n} ranks")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def render(m, results, sections, quick, commit, img_dir, md_dir):

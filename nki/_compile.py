@@ -861,19 +861,12 @@ class Plan:
 
 
 def _build_torch(tmpl, args, outs):
-    tag = tmpl[0]
-    if tag == "V":
-        return tmpl[1]
-    if tag == "T":
-        _, kind, idx, shape, strides, offset = tmpl
-        src = args[idx] if kind == "arg" else outs[idx]
+    def leaf(src, shape, strides, offset):
         if tuple(src.shape) == tuple(shape) and tuple(src.stride()) == tuple(strides) and \
                 src.storage_offset() == offset:
             return src
         return src.as_strided(shape, strides, offset)
-    if tag is dict:
-        return {k: _build_torch(v, args, outs) for k, v in tmpl[1].items()}
-    return tag(_build_torch(v, args, outs) for v in tmpl[1])
+    return _walk(tmpl, args, outs, leaf)
 
 
 def _new_output(shape, dt, torch_device):
@@ -891,17 +884,23 @@ def _new_output(shape, dt, torch_device):
                            _contig(shape), 0)
 
 
-def _build(tmpl, args, outs):
+def _walk(tmpl, args, outs, leaf):
+    """The kernel's return value rebuilt from its template: values as traced, tensors through
+    leaf(source, shape, strides, offset) with the source an argument or an output."""
     tag = tmpl[0]
     if tag == "V":
         return tmpl[1]
     if tag == "T":
         _, kind, idx, shape, strides, offset = tmpl
-        src = args[idx] if kind == "arg" else outs[idx]
-        return _core.NkiTensor(src.storage, shape, strides, offset)
+        return leaf(args[idx] if kind == "arg" else outs[idx], shape, strides, offset)
     if tag is dict:
-        return {k: _build(v, args, outs) for k, v in tmpl[1].items()}
-    return tag(_build(v, args, outs) for v in tmpl[1])
+        return {k: _walk(v, args, outs, leaf) for k, v in tmpl[1].items()}
+    return tag(_walk(v, args, outs, leaf) for v in tmpl[1])
+
+
+def _build(tmpl, args, outs):
+    return _walk(tmpl, args, outs, lambda src, shape, strides, offset: _core.NkiTensor(src.storage, shape, strides,
+                                                                                        offset))
 
 
 # ----------------------------------------------------------------------------------------------- hooks

@@ -17,6 +17,7 @@ import pytest
 import nki
 import nki.isa as nisa
 import nki.language as nl
+from test_nki import matmul_old_api, roundtrip, softmax_rows, transpose_tiles  # the kernels both modes run
 from nki import _compile
 
 torch = pytest.importorskip("torch")
@@ -141,22 +142,6 @@ def rmsnorm_isa(x, w, eps):
 
 
 @nki.jit
-def transpose_tiles(x):
-    P, F = x.shape
-    out = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
-    for i in nl.affine_range(P // 128):
-        for j in nl.affine_range(F // 128):
-            t = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, j * 128:(j + 1) * 128])
-            tp = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.psum)
-            nisa.nc_transpose(dst=tp, data=t)
-            o = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=o, src=tp)
-            nisa.dma_copy(dst=out[j * 128:(j + 1) * 128, i * 128:(i + 1) * 128], src=o)
-    return out
-
-
-@nki.jit
 def reductions_isa(x):
     """Row max (negated), row sum and row mean with tensor_reduce, into one [P, 3] output."""
     P, F = x.shape
@@ -181,15 +166,6 @@ def activations_isa(x):
         o = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
         nisa.activation(dst=o, op=op, data=t)
         nisa.dma_copy(dst=out[i], src=o)
-    return out
-
-
-@nki.jit
-def roundtrip(x, dt):
-    out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    t = nl.ndarray(x.shape, dtype=dt, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    nisa.dma_copy(dst=out, src=t)
     return out
 
 
@@ -396,39 +372,6 @@ def test_threads_different_shapes(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------- the nl tile API
-@nki.jit
-def softmax_rows(x):
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    R, C = x.shape
-    ix = nl.mgrid[0:128, 0:C]
-    for r in nl.affine_range((R + 127) // 128):
-        rows = r * 128 + ix.p
-        t = nl.load(x[rows, ix.x], mask=(rows < R))
-        mx = nl.max(t, axis=1, keepdims=True)
-        e = nl.exp(nl.subtract(t, mx))
-        s = nl.sum(e, axis=1, keepdims=True)
-        nl.store(out[rows, ix.x], value=e / s, mask=(rows < R))
-    return out
-
-
-@nki.jit
-def matmul_old_api(lhsT, rhs):
-    K, M = lhsT.shape
-    _, N = rhs.shape
-    result = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
-    i_k = nl.arange(128)[:, None]
-    i_m = nl.arange(M)[None, :]
-    i_n = nl.arange(N)[None, :]
-    res = nl.zeros((M, N), nl.float32, buffer=nl.psum)
-    for k in nl.affine_range(K // 128):
-        a = nl.load(lhsT[k * 128 + i_k, i_m])
-        b = nl.load(rhs[k * 128 + i_k, i_n])
-        res += nl.matmul(a, b, transpose_x=True)
-    i_o = nl.arange(M)[:, None]
-    nl.store(result[i_o, i_n], value=nl.copy(res, dtype=result.dtype))
-    return result
-
-
 @nki.jit
 def tile_math(x, y):
     """nl element-wise math, scalars on either side, partition broadcast, reductions, transpose, nl.matmul."""
