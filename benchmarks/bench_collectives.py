@@ -40,8 +40,19 @@ def _opts(argv):
 OPTS = _opts(sys.argv[1:])
 if "RANK" not in os.environ:
     # Started directly: run it as documented, --nproc ranks under torchrun.
+    # The ranks do not need --nproc (WORLD_SIZE tells them), and torchrun would take it for an
+    # abbreviation of its own --nproc-per-node and stop.
+    rest, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        rest.append(arg)
     os.execv(sys.executable, [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                              f"--nproc_per_node={OPTS.nproc}", os.path.abspath(__file__)] + sys.argv[1:])
+                              f"--nproc_per_node={OPTS.nproc}", os.path.abspath(__file__)] + rest)
 
 import torch
 import torch.distributed as dist

@@ -191,7 +191,7 @@ def test_matmul_broadcasting(sa, sb, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("m", [1, 3, 8, 40])
+@pytest.mark.parametrize("m", [1, 3, 8, 12, 40])
 def test_linear_matches_cpu(dtype, m):
     x, w, b = rand(2, m, 96, dtype=dtype), rand(80, 96, dtype=dtype, seed=1), rand(80, dtype=dtype, seed=2)
     mag = mag_mm(x, w.t()) + b.double().abs()

@@ -249,6 +249,83 @@ AMX_TARGET bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, cons
     return true;
 }
 
+/* ---- few rows: the weights read in place ------------------------------------------------------------ */
+
+static _Thread_local amx_scratch t_amx_w;
+
+
+/* Rows r0.. of a 32-row block of w (rows ldw apart, k contiguous) whose tiles would read past row n or
+ * column k: copied, zero-padded, so the tile loads stay inside the caller's memory. */
+static const uint16_t *amx_w_padded(const uint16_t *w, int64_t ldw, int64_t rows, int64_t k, int64_t kp) {
+    uint16_t *d = amx_scratch_get(&t_amx_w, (size_t)(32 * kp));
+    if (d == NULL) return NULL;
+    for (int64_t r = 0; r < 32; r++) {
+        if (r < rows) memcpy(d + r * kp, w + r * ldw, (size_t)k * 2);
+        memset(d + r * kp + (r < rows ? k : 0), 0, (size_t)(kp - (r < rows ? k : 0)) * 2);
+    }
+    return d;
+}
+
+/* Tile c (16 rows of w x 16 rows of a, fp32) into acc transposed: acc row i0 + q, columns j0.. */
+AMX_INLINE void amx_store_transposed(const float *tmp, float *acc, int64_t ldacc, int64_t i0, int64_t m, int64_t j0) {
+    __m512 r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(tmp + 16 * i);
+    transpose16_bits(r);
+    for (int q = 0; q < 16 && i0 + q < m; q++) _mm512_storeu_ps(acc + (i0 + q) * ldacc + j0, r[q]);
+}
+
+AMX_TARGET bool nk_gemm_amx_skinny(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *w,
+                                   int64_t ldw, float *acc, int64_t ldacc) {
+    const int64_t kp = (k + 31) / 32 * 32;
+    /* A tile reads 64 bytes of each row: whole rows only when k fills the last one. */
+    const bool k_whole = k == kp;
+    const uint16_t *a0 = ap, *a1 = ap + 16 * kp;
+    const bool two = m > 16;
+    float tmp[256] __attribute__((aligned(64)));
+    amx_config();
+    for (int64_t j = 0; j < n; j += 32) {
+        const uint16_t *wb = w + j * ldw;
+        int64_t ld = ldw;
+        if (n - j < 32 || !k_whole) {
+            wb = amx_w_padded(wb, ldw, n - j < 32 ? n - j : 32, k, kp);
+            if (wb == NULL) {
+                _tile_release();
+                return false;
+            }
+            ld = kp;
+        }
+        const int64_t ws = ld * 2;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kk = 0; kk < kp; kk += 32) {
+            _tile_loadd(4, wb + kk, ws);
+            _tile_loadd(5, wb + 16 * ld + kk, ws);
+            _tile_loadd(6, a0 + kk * 16, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two) {
+                _tile_loadd(7, a1 + kk * 16, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+        _tile_stored(0, tmp, 64);
+        amx_store_transposed(tmp, acc, ldacc, 0, m, j);
+        _tile_stored(2, tmp, 64);
+        amx_store_transposed(tmp, acc, ldacc, 0, m, j + 16);
+        if (two) {
+            _tile_stored(1, tmp, 64);
+            amx_store_transposed(tmp, acc, ldacc, 16, m, j);
+            _tile_stored(3, tmp, 64);
+            amx_store_transposed(tmp, acc, ldacc, 16, m, j + 16);
+        }
+    }
+    _tile_release();
+    return true;
+}
+
 /* ---- a tile session for callers issuing many small products (attention) ---------------------- */
 
 AMX_TARGET bool nk_amx_session_begin(void) {
@@ -293,6 +370,12 @@ void nk_gemm_amx_pack_a(uint16_t *dst, int64_t m, int64_t k, const uint16_t *a, 
 bool nk_gemm_amx_block_packed_a(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *b,
                                 int64_t b_sk, int64_t b_sn, float *acc, int64_t ldacc) {
     (void)m, (void)n, (void)k, (void)ap, (void)b, (void)b_sk, (void)b_sn, (void)acc, (void)ldacc;
+    return false;
+}
+
+bool nk_gemm_amx_skinny(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *w, int64_t ldw,
+                        float *acc, int64_t ldacc) {
+    (void)m, (void)n, (void)k, (void)ap, (void)w, (void)ldw, (void)acc, (void)ldacc;
     return false;
 }
 

@@ -134,6 +134,14 @@ void nk_amx_pack_b(uint16_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int
                    int64_t kp);
 void nk_amx_matmul(int64_t mp, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint16_t *bp,
                    float *c, int64_t ldc, bool accumulate);
+/*
+ * Few rows (m <= 32) times weights stored k-contiguous (w: n rows ldw elements apart): out^T = w . a^T on
+ * tiles, w read in place as the tiles' A operand so it streams from memory once with no packing pass. ap:
+ * the m rows of a packed by nk_amx_pack_b (ncur = m, kp = k rounded up to 32). acc[i*ldacc + j] for i < m,
+ * j < n, n rounded up to 32 written. false: no scratch memory for an edge block.
+ */
+bool nk_gemm_amx_skinny(int64_t m, int64_t n, int64_t k, const uint16_t *ap, const uint16_t *w, int64_t ldw,
+                        float *acc, int64_t ldacc);
 /* p[j] = bf16(s[j]) for j < n (a multiple of 32), rounded to nearest even (a NaN stays a NaN). */
 void nk_amx_row_to_bf16(const float *s, int64_t n, uint16_t *p);
 
