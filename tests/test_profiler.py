@@ -1,5 +1,6 @@
-"""torch.profiler on neuron: device kernels (native, fallback, collective, compiled graph) in the
-key_averages() table and in the exported Chrome trace (csrc/aten/neuron_profiler.cpp)."""
+"""torch.profiler on neuron: device kernels (native, fallback, collective, compiled graph and the kernels
+Inductor generated for it) in the key_averages() table and in the exported Chrome trace
+(csrc/aten/neuron_profiler.cpp)."""
 
 import json
 import os
@@ -52,6 +53,22 @@ def _kernels(events):
     return [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"]
 
 
+def _export(prof, path):
+    prof.export_chrome_trace(str(path))
+    with open(path) as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def _inside(g, kernels):
+    """The kernels on the device row and thread of range ``g``, within its span."""
+    return [e for e in kernels if e is not g and e["pid"] == g["pid"] and e["tid"] == g["tid"]
+            and g["ts"] <= e["ts"] and e["ts"] + e["dur"] <= g["ts"] + g["dur"] + 1e-3]
+
+
+def _process_names(events):
+    return {e["pid"]: e["args"].get("name") for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+
+
 def test_table_has_device_time_column_and_kernels(run):
     prof, _, fallback = run
     table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=40)
@@ -81,9 +98,9 @@ def test_chrome_trace_kernels_have_shapes_dtypes_bytes(run):
     assert add and add[0]["args"]["Input Dims"][0] == [48, 40] and add[0]["dur"] > 0
     fb = by_name[f"[neuron fallback] {fallback}"][0]
     assert fb["args"]["kind"] == "fallback" and fb["dur"] > 0 and fb["args"]["Input Dims"][0] == [48, 32]
-    # Device rows are labelled as the neuron device.
-    names = {(e["pid"], e["args"].get("name")) for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
-    assert (mm["pid"], "neuron") in names
+    # Device rows are labelled as the neuron device they show.
+    assert mm["pid"] == 0 and mm["args"]["device"] == 0
+    assert _process_names(events)[0] == "neuron:0"
 
 
 def test_compiled_graph_is_one_event_holding_its_kernels(run):
@@ -92,10 +109,59 @@ def test_compiled_graph_is_one_event_holding_its_kernels(run):
     graphs = [e for e in kernels if e["name"].startswith("[neuron graph]")]
     assert len(graphs) == 1 and graphs[0]["args"]["kind"] == "compiled graph"
     g = graphs[0]
-    inside = [e for e in kernels if e is not g and e["pid"] == g["pid"] and e["tid"] == g["tid"]
-              and g["ts"] <= e["ts"] and e["ts"] + e["dur"] <= g["ts"] + g["dur"] + 1e-3]
+    inside = _inside(g, kernels)
     # The graph's extern GEMM (t @ t.T) runs as a native kernel inside the graph's range.
     assert any(e["name"].startswith("[neuron] aten::mm") for e in inside), [e["name"] for e in inside]
+
+
+def test_generated_kernels_carry_their_name_shapes_and_bytes(run):
+    prof, events, _ = run
+    kernels = _kernels(events)
+    g = next(e for e in kernels if e["name"].startswith("[neuron graph]"))
+    # relu(t @ t.T) * 2 + 1: the element-wise tail is one C++ kernel Inductor generated, run in place on the
+    # GEMM's 48x48 result; its name says what it computes.
+    gen = [e for e in _inside(g, kernels) if e["args"]["kind"] == "generated"]
+    assert len(gen) == 1, [e["name"] for e in _inside(g, kernels)]
+    k = gen[0]
+    assert k["name"].startswith("[neuron] cpp_fused_") and "relu" in k["name"], k["name"]
+    assert k["args"]["Input Dims"] == [[48, 48]] and k["args"]["Input type"] == ["Float"]
+    assert k["args"]["bytes"] == 48 * 48 * 4 and k["args"]["device"] == 0 and k["dur"] > 0
+    # On the host row a range of the same name, which the kernel's device time is added to.
+    host = k["name"][len("[neuron] "):]
+    avgs = {e.key: e for e in prof.key_averages()}
+    assert avgs[host].device_time_total > 0 and avgs[host].count == 1
+    assert avgs[k["name"]].self_device_time_total > 0
+
+
+def test_backward_graph_is_one_event_holding_its_kernels(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).to("neuron")
+    x = torch.randn(8, 32, device="neuron")
+    step = torch.compile(lambda t: model(t).square().mean(), backend="neuron")
+    step(x).backward()  # compile both graphs outside the profiled region
+    model.zero_grad()
+    with profile(activities=ACTIVITIES, record_shapes=True) as prof:
+        step(x).backward()
+        torch.neuron.synchronize()
+    kernels = _kernels(_export(prof, tmp_path / "trace.json"))
+    graphs = [e for e in kernels if e["name"].startswith("[neuron graph]")]
+    forward = [e for e in graphs if " backward of " not in e["name"]]
+    backward = [e for e in graphs if " backward of " in e["name"]]
+    assert len(forward) == 1 and len(backward) == 1, [e["name"] for e in graphs]
+    bw = backward[0]
+    assert bw["args"]["kind"] == "compiled graph" and bw["ts"] >= forward[0]["ts"] + forward[0]["dur"]
+    inside = _inside(bw, kernels)
+    names = [e["name"] for e in inside]
+    # The weight gradients are extern GEMMs (native kernels); relu's gradient is a generated kernel.
+    assert sum(n.startswith("[neuron] aten::mm") for n in names) >= 2, names
+    assert any(e["args"]["kind"] == "generated" and "threshold_backward" in e["name"] for e in inside), names
+    # The graphs' kernels are all inside their ranges; outside them only the engine's seed gradient
+    # (ones_like of the loss: an allocation and a fill) runs.
+    outside = [e["name"] for e in kernels if e not in graphs and not any(e in _inside(g, kernels) for g in graphs)]
+    assert not [n for n in outside if "aten::mm" in n or "cpp_fused" in n], outside
+    avgs = {e.key: e for e in prof.key_averages()}
+    host = bw["name"][len("[neuron graph] "):]
+    assert avgs[host].count == 1 and avgs[host].device_time_total > 0
 
 
 def test_no_events_without_privateuse1_activity():
@@ -114,11 +180,16 @@ def test_collectives_have_sizes(tmp_path):
         rank = int(os.environ["RANK"])
         dist.init_process_group("neuron")
         t = torch.ones(1000, device=f"neuron:{os.environ['LOCAL_RANK']}")
+        gathered = torch.empty(2000, device=t.device)
+        scattered = torch.empty(500, device=t.device)
         dist.all_reduce(t)
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1], record_shapes=True) as p:
             dist.all_reduce(t)
+            dist.all_gather_into_tensor(gathered, t)
+            dist.reduce_scatter_tensor(scattered, t)
+            dist.broadcast(t, src=0)
             torch.neuron.synchronize()
-        assert t[0].item() == 4.0
+        assert t[0].item() == 4.0 and gathered[1999].item() == 4.0 and scattered[0].item() == 8.0
         p.export_chrome_trace(sys.argv[1] + f".{rank}.json")
         dist.destroy_process_group()
     """))
@@ -128,14 +199,24 @@ def test_collectives_have_sizes(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(worker), out]
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # Bytes a collective moves on its rank: what it reads from its buffers plus what it writes to them
+    # (S = the full tensor, n = 2 ranks): all_reduce reads S and writes S; all_gather reads S/n and writes S;
+    # reduce_scatter reads S and writes S/n; broadcast's root reads S, the others write S.
+    expected = {"all_reduce": (4000, 4000), "all_gather_into_tensor": (4000, 8000),
+                "reduce_scatter_tensor": (4000, 2000)}
     for rank in range(2):
         with open(f"{out}.{rank}.json") as fh:
             kernels = _kernels(json.load(fh)["traceEvents"])
-        coll = [e for e in kernels if e["name"].startswith("[neuron collective]")]
-        assert coll, [e["name"] for e in kernels]
-        assert coll[0]["args"]["kind"] == "collective" and coll[0]["dur"] > 0
-        assert coll[0]["args"]["bytes"] == 4000 and coll[0]["args"]["device"] == rank
-        assert coll[0]["args"]["Input Dims"][0] == [[1000]]
+        coll = {e["name"][len("[neuron collective] "):]: e for e in kernels
+                if e["name"].startswith("[neuron collective]")}
+        assert set(coll) == {*expected, "broadcast"}, [e["name"] for e in kernels]
+        for name, e in coll.items():
+            assert e["args"]["kind"] == "collective" and e["dur"] > 0 and e["args"]["device"] == rank
+            assert e["pid"] == rank
+            read, written = expected.get(name, (4000, 0) if rank == 0 else (0, 4000))
+            assert (e["args"]["bytes read"], e["args"]["bytes written"]) == (read, written), (name, e["args"])
+            assert e["args"]["bytes"] == read + written
+        assert coll["all_reduce"]["args"]["Input Dims"][0] == [[1000]]
 
 
 def test_kernels_inside_a_kernel_are_not_counted_twice():

@@ -343,34 +343,102 @@ class _Compiler:
             # AOTAutograd served forward and backward from its cache: no inner compile ran.
             _record("forward+backward" if _needs_grad(example_inputs) else "inference", self.where,
                     self.compile_id, _count_ops(gm), time.perf_counter() - t0, "hit", shapes)
-        return _profiled(out, f"graph {self.compile_id} of {self.where}")
+        return _profiled(out, f"graph {self.compile_id} of {self.where}",
+                         f"graph {self.compile_id} backward of {self.where}")
 
 
-def _profiled(compiled: Any, name: str) -> Any:
+def _neuron_device_of(args: Sequence[Any]) -> int:
+    """The index of the first neuron tensor among ``args`` (-1: none, the current device is taken)."""
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "neuron":
+            return a.device.index or 0
+    return -1
+
+
+def _in_graph_range(name: str, fn: Callable[..., Any], args: Sequence[Any], *call: Any) -> Any:
+    from . import _C
+
+    device = _neuron_device_of(args)  # before the call: a backward consumes its argument list
+    with torch.profiler.record_function(name):
+        token = _C._prof_range_begin(name, device)
+        try:
+            return fn(*call)
+        finally:
+            _C._prof_range_end(token)
+
+
+def _profiled(compiled: Any, name: str, backward_name: str) -> Any:
     """The compiled function of a Dynamo graph as one event for torch.profiler: a record_function range on
-    the CPU row and a "[neuron graph] ..." range on the device row holding the kernels it runs. With no
-    profiler recording, a call costs one flag check more. (A backward graph runs from the autograd engine:
-    its kernels show, not one event around them.)"""
+    the CPU row and a "[neuron graph] ..." range on the row of the device it runs on, holding the kernels
+    it runs. With no profiler recording, a call costs one flag check more.
+
+    Its backward graph runs from the autograd engine, inside AOTAutograd's ``CompiledFunction``: the first
+    forward that runs under a profiler finds that class through its outputs' ``grad_fn`` and wraps its
+    backward the same way (from then on, for every later backward of this graph)."""
     import functools
 
     from . import _C
 
     if not callable(compiled):
         return compiled
-    active, begin, end = _C._prof_active, _C._prof_range_begin, _C._prof_range_end
+    active = _C._prof_active
+    backward_wrapped = False
 
     @functools.wraps(compiled)
     def run(*args: Any, **kwargs: Any) -> Any:
+        nonlocal backward_wrapped
         if not active():
             return compiled(*args, **kwargs)
-        with torch.profiler.record_function(name):
-            token = begin(name)
-            try:
-                return compiled(*args, **kwargs)
-            finally:
-                end(token)
+        out = _in_graph_range(name, lambda: compiled(*args, **kwargs), args)
+        if not backward_wrapped:
+            backward_wrapped = _profile_backward(out, backward_name)
+        return out
 
     return run
+
+
+def _aot_function_of(outputs: Any) -> Optional[type]:
+    """AOTAutograd's ``CompiledFunction`` that produced ``outputs``: the ``_forward_cls`` of their
+    ``grad_fn``, or of a node or two above it (outputs that are views are regenerated after the function)."""
+    outs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
+    for t in outs:
+        if not isinstance(t, torch.Tensor):
+            continue
+        node = t.grad_fn
+        for _ in range(3):
+            if node is None:
+                break
+            cls = getattr(type(node), "_forward_cls", None)
+            if cls is not None and hasattr(cls, "_aot_id") and hasattr(cls, "_backward_impl"):
+                return cls
+            parents = node.next_functions
+            node = parents[0][0] if parents else None
+    return None
+
+
+def _profile_backward(outputs: Any, name: str) -> bool:
+    """Wraps the backward of the graph that produced ``outputs`` in a graph range named ``name``; False if
+    they are not the outputs of a differentiable compiled graph."""
+    from . import _C
+
+    cls = _aot_function_of(outputs)
+    if cls is None:
+        return False
+    impl = cls._backward_impl
+    if getattr(impl, "_neuron_profiled", False):
+        return True
+    active = _C._prof_active
+
+    # AOTAutograd calls CompiledFunction._backward_impl(ctx, all_args) from backward(), looked up on the
+    # class at each call; it compiles the backward graph on first use, then runs it.
+    def backward_impl(ctx: Any, all_args: List[Any]) -> Any:
+        if not active():
+            return impl(ctx, all_args)
+        return _in_graph_range(name, impl, all_args, ctx, all_args)
+
+    backward_impl._neuron_profiled = True  # type: ignore[attr-defined]
+    cls._backward_impl = staticmethod(backward_impl)
+    return True
 
 
 def _needs_grad(example_inputs: Sequence[Any]) -> bool:

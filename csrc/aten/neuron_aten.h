@@ -102,7 +102,8 @@ extern std::atomic<bool> g_prof_active;
 // calling thread (the device executes there, synchronously), linked to the operator PyTorch recorded.
 class ProfKernel {
  public:
-  enum Kind { kNative = 0, kFallback = 1, kCollective = 2, kGraph = 3 };
+  // kGenerated: a kernel Inductor generated, run by a compiled graph's wrapper.
+  enum Kind { kNative = 0, kFallback = 1, kCollective = 2, kGraph = 3, kGenerated = 4 };
   explicit ProfKernel(const char* name, Kind kind = kNative) {
     if (C10_UNLIKELY(g_prof_active.load(std::memory_order_relaxed))) begin(name, kind);
   }
@@ -111,16 +112,25 @@ class ProfKernel {
   }
   ProfKernel(const ProfKernel&) = delete;
   ProfKernel& operator=(const ProfKernel&) = delete;
+  // The bytes the kernel reads and writes, where the operator's tensors do not tell (a collective moves
+  // more or less than its arguments hold).
+  void bytes(int64_t read, int64_t written) {
+    if (C10_UNLIKELY(rec_ >= 0)) set_bytes(read, written);
+  }
 
  private:
   static constexpr int64_t kNested = -2;  // inside another kernel: not recorded, only counted
   void begin(const char* name, Kind kind);
   void end();
+  void set_bytes(int64_t read, int64_t written);
   int64_t rec_ = -1;
 };
-// The same range from Python (compiled graphs): a token for prof_range_end, -1 when no profiler records.
-int64_t prof_range_begin(const std::string& name, int kind);
-void prof_range_end(int64_t token);
+// The same ranges from Python. A compiled graph's, on `device` (-1: the current one); a kernel Inductor
+// generated (kGenerated), with the shapes, dtypes, bytes and device of its tensor arguments. Both return a
+// token for prof_range_end: -1 when no profiler records, -2 for a kernel inside another kernel.
+int64_t prof_range_begin(const std::string& name, int device);
+int64_t prof_kernel_begin(const std::string& name, const std::vector<at::Tensor>& args);
+void prof_range_end(int64_t token, int kind);
 
 // Counts one native call of `op` (the counter is looked up once per call site) and, while a profiler
 // records, times the rest of the enclosing scope as a device kernel of that name.

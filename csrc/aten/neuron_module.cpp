@@ -39,9 +39,14 @@ PYBIND11_MODULE(_C, m) {
     nk_parallel_set_runner(run_on_intraop_pool, intraop_threads);
   });
   m.def("_is_initialized", [] { return nrn_is_initialized(); });
-  // torch.profiler ranges from Python (a compiled graph as one device event; -1: no profiler records).
-  m.def("_prof_range_begin", [](const std::string& name) { return prof_range_begin(name, ProfKernel::kGraph); });
-  m.def("_prof_range_end", [](int64_t token) { prof_range_end(token); });
+  // torch.profiler ranges from Python: a compiled graph as one device event, each kernel Inductor generated
+  // inside it (-1: no profiler records).
+  m.def("_prof_range_begin", [](const std::string& name, int device) { return prof_range_begin(name, device); });
+  m.def("_prof_range_end", [](int64_t token) { prof_range_end(token, ProfKernel::kGraph); });
+  m.def("_prof_kernel_begin", [](const std::string& name, const std::vector<at::Tensor>& args) {
+    return prof_kernel_begin(name, args);
+  });
+  m.def("_prof_kernel_end", [](int64_t token) { prof_range_end(token, ProfKernel::kGenerated); });
   m.def("_prof_active", [] { return g_prof_active.load(std::memory_order_relaxed); });
   // Never raises: a broken environment reports zero devices here; _init() explains why.
   m.def("_device_count", [] {

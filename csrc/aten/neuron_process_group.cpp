@@ -36,9 +36,12 @@ namespace {
   } while (0)
 
 // A collective: once it is entered, the C layer synchronises the ranks even when it fails (see Call).
-#define NCL_RUN(expr, op)                         \
+// `read` and `written` are the bytes this rank's buffers give and receive, the traffic no algorithm avoids
+// (benchmarks/report.py bounds a collective by it): the profiler's "bytes" of the collective.
+#define NCL_RUN(expr, op, read, written)          \
   do {                                            \
     ::torch_neuronx::ProfKernel _neuron_prof(op, ::torch_neuronx::ProfKernel::kCollective); \
+    _neuron_prof.bytes(read, written);            \
     entered_ = true;                              \
     ncl_status _s = (expr);                       \
     if (_s != NCL_SUCCESS) raise_ncl(_s, op);     \
@@ -280,7 +283,9 @@ class NeuronBackend : public c10d::Backend {
     check_root(opts.rootRank, "broadcast");
     Buf b = buf(t, "broadcast");
     announce(t);
-    NCL_RUN(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast");
+    bool root = opts.rootRank == rank_;
+    NCL_RUN(ncl_broadcast(comm_, b.ptr, b.count, b.dt, static_cast<int>(opts.rootRank)), "broadcast",
+            root ? nbytes(t) : 0, root ? 0 : nbytes(t));
     return done(c10d::OpType::BROADCAST, tensors);
   }
 
@@ -349,7 +354,7 @@ class NeuronBackend : public c10d::Backend {
     announce(t);
     NCL_RUN(ncl_reduce(comm_, b.ptr, root ? b.ptr : nullptr, b.count, b.dt, op, factor,
                          static_cast<int>(opts.rootRank)),
-              "reduce");
+              "reduce", nbytes(t), root ? nbytes(t) : 0);
     return done(c10d::OpType::REDUCE, tensors);
   }
 
@@ -371,7 +376,7 @@ class NeuronBackend : public c10d::Backend {
       recv[r] = buf(outputs[0][r], "all_gather").ptr;
     }
     announce(in);
-    NCL_RUN(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather");
+    NCL_RUN(ncl_all_gather(comm_, b.ptr, recv.data(), b.count, b.dt), "all_gather", nbytes(in), size_ * nbytes(in));
     return done(c10d::OpType::ALLGATHER, outputs[0]);
   }
 
@@ -444,7 +449,8 @@ class NeuronBackend : public c10d::Backend {
       send[r] = buf(inputs[0][r], "reduce_scatter", true).ptr;
     }
     announce(out);
-    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter");
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), b.ptr, b.count, b.dt, op, factor), "reduce_scatter",
+            size_ * nbytes(out), nbytes(out));
     return done(c10d::OpType::REDUCE_SCATTER, outputs);
   }
 
@@ -513,7 +519,8 @@ class NeuronBackend : public c10d::Backend {
       ro += rc[r];
     }
     announce(input);
-    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single");
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), in.dt), "all_to_all_single",
+            nbytes(input), nbytes(output));
     return done(c10d::OpType::ALLTOALL_BASE, outs);
   }
 
@@ -553,7 +560,10 @@ class NeuronBackend : public c10d::Backend {
     std::vector<void*> recv(size_);
     std::vector<int64_t> sc(size_), rc(size_);
     ncl_dtype dt = NCL_U8;
+    int64_t read = 0, written = 0;
     for (int r = 0; r < size_; r++) {
+      read += nbytes(inputs[r]);
+      written += nbytes(outputs[r]);
       TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
                       outputs[r].scalar_type() == inputs[0].scalar_type(),
                   "all_to_all: all tensors must have the same dtype");
@@ -564,7 +574,7 @@ class NeuronBackend : public c10d::Backend {
       rc[r] = o.count;
       dt = i.dt;
     }
-    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all");
+    NCL_RUN(ncl_all_to_all(comm_, send.data(), sc.data(), recv.data(), rc.data(), dt), "all_to_all", read, written);
     return done(c10d::OpType::ALLTOALL, outputs);
   }
 
@@ -592,7 +602,7 @@ class NeuronBackend : public c10d::Backend {
     announce(in);
     NCL_RUN(ncl_gather(comm_, b.ptr, root ? recv.data() : nullptr, b.count, b.dt,
                          static_cast<int>(opts.rootRank)),
-              "gather");
+              "gather", nbytes(in), root ? size_ * nbytes(in) : 0);
     return done(c10d::OpType::GATHER, root ? outputs[0] : std::vector<at::Tensor>{});
   }
 
@@ -620,7 +630,7 @@ class NeuronBackend : public c10d::Backend {
     announce(out);
     NCL_RUN(ncl_scatter(comm_, root ? send.data() : nullptr, b.ptr, b.count, b.dt,
                           static_cast<int>(opts.rootRank)),
-              "scatter");
+              "scatter", root ? size_ * nbytes(out) : 0, nbytes(out));
     return done(c10d::OpType::SCATTER, outputs);
   }
 
@@ -655,7 +665,7 @@ class NeuronBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     if (!comm_) return gloo_->barrier(opts);
     Call call(this, "barrier", opts.timeout);
-    NCL_RUN(ncl_barrier(comm_), "barrier");
+    NCL_RUN(ncl_barrier(comm_), "barrier", 0, 0);
     return done(c10d::OpType::BARRIER, {});
   }
 
@@ -799,6 +809,10 @@ class NeuronBackend : public c10d::Backend {
     ncl_comm_set_shape(comm_, static_cast<int>(t.dim()), t.sizes().data());
   }
 
+  static int64_t nbytes(const at::Tensor& t) {
+    return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+  }
+
   at::Tensor single(const std::vector<at::Tensor>& v, const char* what) {
     TORCH_CHECK(v.size() == 1, what, ": the neuron process group takes exactly one tensor per rank, got ",
                 v.size());
@@ -838,7 +852,7 @@ class NeuronBackend : public c10d::Backend {
                 ": complex tensors support SUM, AVG and PREMUL_SUM only");
     Buf b = buf(t, what, true);
     announce(t);
-    NCL_RUN(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what);
+    NCL_RUN(ncl_all_reduce(comm_, b.ptr, b.ptr, b.count, b.dt, op, factor), what, nbytes(t), nbytes(t));
   }
 
   void all_gather_tensor(at::Tensor& output, const at::Tensor& input) {
@@ -852,7 +866,7 @@ class NeuronBackend : public c10d::Backend {
     size_t piece = static_cast<size_t>(in.count) * ncl_dtype_size(in.dt);
     for (int r = 0; r < size_; r++) recv[r] = static_cast<char*>(out.ptr) + piece * r;
     announce(input);
-    NCL_RUN(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what);
+    NCL_RUN(ncl_all_gather(comm_, in.ptr, recv.data(), in.count, in.dt), what, nbytes(input), nbytes(output));
   }
 
   void reduce_scatter_tensor(at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& rop) {
@@ -868,7 +882,8 @@ class NeuronBackend : public c10d::Backend {
     size_t piece = static_cast<size_t>(out.count) * ncl_dtype_size(out.dt);
     for (int r = 0; r < size_; r++) send[r] = static_cast<const char*>(in.ptr) + piece * r;
     announce(input);
-    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what);
+    NCL_RUN(ncl_reduce_scatter(comm_, send.data(), out.ptr, out.count, out.dt, op, factor), what, nbytes(input),
+            nbytes(output));
   }
 
   // Element counts per rank of an all_to_all_single split along dim 0 (equal when no splits given).

@@ -27,6 +27,7 @@
 
 #include <deque>
 #include <mutex>
+#include <set>
 #include <sstream>
 
 #include "aten/neuron_aten.h"
@@ -38,7 +39,8 @@ std::atomic<bool> g_prof_active{false};
 namespace {
 
 constexpr int kNative = ProfKernel::kNative, kFallback = ProfKernel::kFallback,
-              kCollective = ProfKernel::kCollective, kGraph = ProfKernel::kGraph;
+              kCollective = ProfKernel::kCollective, kGraph = ProfKernel::kGraph,
+              kGenerated = ProfKernel::kGenerated;
 
 struct Rec {
   std::string name;
@@ -49,6 +51,10 @@ struct Rec {
   int device = 0;
   std::string dims, types;  // JSON lists, as PyTorch writes "Input Dims" / "Input type"
   int64_t bytes = -1;       // bytes of the operator's tensors (inputs, and outputs it returned)
+  int64_t read = -1, written = -1;  // a collective's traffic (bytes = read + written)
+  // Set by the caller (a generated kernel knows its tensors; a compiled graph its device; a collective its
+  // traffic): the operator the range runs in must not replace them.
+  bool own_shapes = false, own_device = false, own_bytes = false;
 };
 
 // The operator (RecordFunction) a range runs in: what it knows of its tensors.
@@ -134,20 +140,25 @@ void on_exit(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!t_frames.empty() && t_frames.back() == f) t_frames.pop_back();
   if (f->recs.empty()) return;
   int64_t out_bytes = 0;
+  int device = f->device;
   for (const auto& v : fn.outputs()) {
     if (v.isTensor() && v.toTensor().defined()) {
       const at::Tensor& t = v.toTensor();
       out_bytes += static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+      // An operator without neuron inputs (a factory, a copy to the device) ran where its result is.
+      if (device < 0 && t.device().is_privateuseone()) device = t.device().index();
     }
   }
   std::lock_guard<std::mutex> lock(g_mu);
   for (int64_t i : f->recs) {
     if (i >= static_cast<int64_t>(g_recs.size())) continue;
     Rec& r = g_recs[i];
-    r.dims = f->dims;
-    r.types = f->types;
-    r.bytes = f->in_bytes + out_bytes;
-    if (f->device >= 0) r.device = f->device;
+    if (!r.own_shapes) {
+      r.dims = f->dims;
+      r.types = f->types;
+    }
+    if (!r.own_bytes) r.bytes = f->in_bytes + out_bytes;
+    if (device >= 0 && !r.own_device) r.device = device;
   }
 }
 
@@ -156,7 +167,7 @@ const char* kind_prefix(int kind) {
     case kFallback: return "[neuron fallback] ";
     case kCollective: return "[neuron collective] ";
     case kGraph: return "[neuron graph] ";
-    default: return "[neuron] ";
+    default: return "[neuron] ";  // native and generated kernels
   }
 }
 const char* kind_name(int kind) {
@@ -164,6 +175,7 @@ const char* kind_name(int kind) {
     case kFallback: return "fallback";
     case kCollective: return "collective";
     case kGraph: return "compiled graph";
+    case kGenerated: return "generated";
     default: return "native";
   }
 }
@@ -173,17 +185,22 @@ const char* kind_name(int kind) {
 // A compiled graph's range does not count: the kernels it runs are its content.
 thread_local int t_in_kernel = 0;
 
-int64_t open_range(const std::string& name, int kind) {
+// `proto`: what the caller already knows of the range (shapes, bytes).
+int64_t open_range(const std::string& name, int kind, int device = -1, Rec* proto = nullptr) {
   if (kind != kGraph && t_in_kernel++ > 0) return -1;
-  Rec r;
+  Rec r = proto ? std::move(*proto) : Rec();
   r.name = kind_prefix(kind) + name;
   r.kind = kind;
-  // A compiled graph's range belongs to the record_function range around it; a kernel to its operator.
-  const auto& ids = kind == kGraph ? t_user : t_corr;
+  // Ranges opened from Python (a compiled graph, a generated kernel) belong to the record_function range
+  // the caller opens around them; a native kernel to its operator.
+  const auto& ids = kind == kGraph || kind == kGenerated ? t_user : t_corr;
   r.corr = ids.empty() ? 0 : ids.back();
   r.tid = thread_id();
   Frame* f = t_frames.empty() ? nullptr : t_frames.back();
-  r.device = f && f->device >= 0 ? f->device : c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
+  r.own_device = device >= 0;
+  r.device = device >= 0                  ? device
+             : f && f->device >= 0       ? f->device
+                                         : c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getDevice().index();
   std::lock_guard<std::mutex> lock(g_mu);
   int64_t i = static_cast<int64_t>(g_recs.size());
   g_recs.push_back(std::move(r));
@@ -230,13 +247,14 @@ class Session : public libkineto::IActivityProfilerSession {
     processTrace(logger, [](int32_t) -> const libkineto::ITraceActivity* { return nullptr; }, 0, 0);
   }
   void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked,
-                    int64_t, int64_t) override {
+                    int64_t start_time, int64_t) override {
     if (!enabled_) return;
     std::deque<Rec> recs;
     {
       std::lock_guard<std::mutex> lock(g_mu);
       recs.swap(g_recs);
     }
+    std::set<int> devices;
     for (const Rec& r : recs) {
       if (r.end <= r.start) continue;
       auto a = std::make_unique<libkineto::GenericTraceActivity>(span_, libkineto::ActivityType::CONCURRENT_KERNEL,
@@ -256,15 +274,29 @@ class Session : public libkineto::IActivityProfilerSession {
         a->addMetadata("Input type", r.types);
       }
       if (r.bytes >= 0 && r.kind != kGraph) a->addMetadata("bytes", r.bytes);
+      if (r.read >= 0) {
+        a->addMetadata("bytes read", r.read);
+        a->addMetadata("bytes written", r.written);
+      }
       logger.handleGenericActivity(*a);
       acts_.push_back(std::move(a));
+      devices.insert(r.device);
+    }
+    // A device row per core the kernels ran on (the trace's pid is the device index); getDeviceInfo can
+    // describe one, so neuron:0 comes from there and the others from here.
+    for (int d : devices) {
+      if (d != 0) logger.handleDeviceInfo(device_info(d), start_time);
     }
     // One trace per session: Kineto may start a session it already processed again for a later
     // profile that did not ask for device activities.
     enabled_ = false;
   }
+  static libkineto::DeviceInfo device_info(int d) {
+    std::string name = "neuron:" + std::to_string(d);
+    return libkineto::DeviceInfo{d, d, name, name};
+  }
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
-    return std::make_unique<libkineto::DeviceInfo>(libkineto::DeviceInfo{0, 0, "neuron", "neuron:0"});
+    return std::make_unique<libkineto::DeviceInfo>(device_info(0));
   }
   std::vector<libkineto::ResourceInfo> getResourceInfos() override { return {}; }
   std::unique_ptr<libkineto::CpuTraceBuffer> getTraceBuffer() override { return nullptr; }
@@ -324,13 +356,42 @@ void ProfKernel::end() {
   if (t_in_kernel > 0) t_in_kernel--;
 }
 
-int64_t prof_range_begin(const std::string& name, int kind) {
-  if (!g_prof_active.load(std::memory_order_relaxed)) return -1;
-  return open_range(name, kind);
+void ProfKernel::set_bytes(int64_t read, int64_t written) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (rec_ >= static_cast<int64_t>(g_recs.size())) return;  // the session ended meanwhile
+  Rec& r = g_recs[rec_];
+  r.read = read;
+  r.written = written;
+  r.bytes = read + written;
+  r.own_bytes = true;
 }
 
-void prof_range_end(int64_t token) {
-  if (token >= 0) close_range(token);  // a graph's range (kGraph: no nesting count)
+int64_t prof_range_begin(const std::string& name, int device) {
+  if (!g_prof_active.load(std::memory_order_relaxed)) return -1;
+  return open_range(name, kGraph, device);
+}
+
+int64_t prof_kernel_begin(const std::string& name, const std::vector<at::Tensor>& args) {
+  if (!g_prof_active.load(std::memory_order_relaxed)) return -1;
+  // Described as an operator with these arguments would be (the wrapper calls the kernel with no
+  // operator around it), before the range starts so its time is the kernel's.
+  Frame f;
+  std::ostringstream dims, types;
+  bool first = true;
+  Rec r;
+  r.bytes = 0;
+  for (const auto& t : args) add_value(c10::IValue(t), f, dims, types, first, r.bytes);
+  r.dims = "[" + dims.str() + "]";
+  r.types = "[" + types.str() + "]";
+  r.own_shapes = r.own_bytes = true;
+  int64_t i = open_range(name, kGenerated, f.device, &r);
+  return i < 0 ? -2 : i;
+}
+
+void prof_range_end(int64_t token, int kind) {
+  if (token == -1) return;
+  if (token >= 0) close_range(token);
+  if (kind != kGraph && t_in_kernel > 0) t_in_kernel--;
 }
 
 }  // namespace torch_neuronx

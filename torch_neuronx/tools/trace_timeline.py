@@ -4,8 +4,8 @@
     python -m torch_neuronx.tools.trace_timeline --demo OUT.png [--trace TRACE.json]
 
 One row per thread and nesting depth: the host thread's operators (CPU ops, record_function ranges) and,
-below them, the neuron device's kernels ("[neuron] ...": native kernels, fallback ops, collectives and
-compiled graphs). `--demo` profiles a small workload on neuron (an MLP training step, a fallback op and a
+below them, the neuron devices' kernels ("[neuron] ...": native kernels, kernels Inductor generated, fallback ops,
+collectives and compiled graphs). `--demo` profiles a small workload on neuron (an MLP training step, a fallback op and a
 compiled function) and renders its trace; docs/img/profiler_trace.png was made with it.
 """
 
@@ -16,7 +16,8 @@ import json
 import sys
 from typing import Any, Dict, List, Tuple
 
-COLORS = {"native": "#2b8cbe", "fallback": "#e34a33", "collective": "#31a354", "compiled graph": "#756bb1"}
+COLORS = {"native": "#2b8cbe", "generated": "#6baed6", "fallback": "#e34a33", "collective": "#31a354",
+          "compiled graph": "#756bb1"}
 CPU_COLOR = "#bdbdbd"
 
 
@@ -96,7 +97,7 @@ def render(trace_path: str, png_path: str, title: str = "", start_ms: float | No
     ax.set_title(title or f"torch.profiler trace: {trace_path}", fontsize=10)
     handles = [Patch(color=CPU_COLOR, label="CPU op / range")] + [Patch(color=c, label=f"neuron {k}")
                                                                    for k, c in COLORS.items()]
-    ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=5)
+    ax.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
     ax.grid(axis="x", linewidth=0.3)
     fig.tight_layout()
     fig.savefig(png_path)
