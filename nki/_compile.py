@@ -604,11 +604,24 @@ def _rows_apart(a, b, regions):
     return True
 
 
+_FUSE_DT = (_NK["float32"], _NK["bfloat16"], _NK["float16"])
+FUSE_MAX = 32  # nki_exec.c's NKX_FUSE_MAX (a longer run would be split there anyway)
+
+
 def _fusable(st, rows):
-    kind, _, _, flags, ops = st
-    if kind not in (COPY, UNARY, BINARY, REDUCE) or (kind == REDUCE and flags & 1):
+    """A step the fused executor takes (nki_exec.c, nkx_fstep_init): element-wise on float tiles, or a reduce of
+    every free dim into one value per row, with rows rows."""
+    kind, op, _, flags, ops = st
+    if kind not in (COPY, UNARY, BINARY, REDUCE):
         return False
-    return all(len(o.shape) >= 1 and o.shape[0] == rows and len(o.shape) <= 6 for o in ops)
+    if not all(1 <= len(o.shape) <= MAX_DIMS and o.shape[0] == rows and o.dt in _FUSE_DT for o in ops):
+        return False
+    if kind == REDUCE:
+        d, s = ops
+        return (not flags & 1 and op in (0, 1, 2, 3) and int(np.prod(d.shape[1:], dtype=np.int64)) == 1
+                and all(n <= 1 or flags >> a & 1 for a, n in enumerate(s.shape) if a >= 1)
+                and (op < 2 or int(np.prod(s.shape[1:], dtype=np.int64)) > 0))
+    return all(o.shape == ops[0].shape for o in ops)
 
 
 def _fuse(ins, regions):
@@ -625,7 +638,7 @@ def _fuse(ins, regions):
             i += 1
             continue
         j = i + 1
-        while j < len(ins) and _fusable(ins[j], rows):
+        while j < len(ins) and j - i < FUSE_MAX and _fusable(ins[j], rows):
             w = ins[j][4][0]
             rd = _reads(ins[j])
             if not all(_rows_apart(w, r, regions) for r in rd):
@@ -652,6 +665,38 @@ def _fuse(ins, regions):
     return groups
 
 
+def _scratch_tiles(tr, span):
+    """{(step, operand): slot + 1} for the on-chip tiles only one fused group touches (nki_exec.c, nkx_slots): the
+    executor keeps such a tile's current rows in a per-worker scratch block instead of its arena bytes. Every
+    access must address rows of one byte stride, each row's bytes within one stride of the lowest offset."""
+    touch = {}
+    for i, (_, _, _, _, ops) in enumerate(tr.ins):
+        for k, o in enumerate(ops):
+            if tr.regions[o.region]["kind"] == "chip":
+                touch.setdefault(o.region, []).append((i, k, o))
+    pads, nslot = {}, {}
+    for acc in touch.values():
+        g = span[acc[0][0]]
+        if g[0] == g[1] or any(span[i] != g for i, _, _ in acc):
+            continue
+        es = {_core.to_dtype(o.name).itemsize for _, _, o in acc}
+        strides = {o.strides[0] * _core.to_dtype(o.name).itemsize for _, _, o in acc}
+        if len(strides) != 1 or min(strides) <= 0 or any(s < 0 for _, _, o in acc for s in o.strides[1:]):
+            continue
+        row = strides.pop()
+        lo = min(o.off for _, _, o in acc)
+        ext = [o.off - lo + _core.to_dtype(o.name).itemsize * (1 + sum((n - 1) * s for n, s in
+                                                                         zip(o.shape[1:], o.strides[1:]) if n > 0))
+               for _, _, o in acc]
+        slot = nslot.get(g[0], 0)
+        if max(ext) > row or slot >= 16 or not es:
+            continue
+        nslot[g[0]] = slot + 1
+        for i, k, _ in acc:
+            pads[(i, k)] = slot + 1
+    return pads
+
+
 def optimize(tr):
     ins = [(k, op, v, f, list(ops)) for k, op, v, f, ops in tr.ins]
     _forward_loads(ins, tr.regions)
@@ -660,8 +705,8 @@ def optimize(tr):
         if not _drop_dead(ins, tr.regions):
             break
     tr.ins = ins
-    # opt-in: replaying through the library per row block measured slower than whole-tile steps (docs/nki.md)
-    tr.fuse = os.environ.get("NKI_FUSE", "0") == "1"  # done by Plan, once chip tiles have arena offsets
+    # NKI_FUSE=0 replays every step whole (the reference the fused replay is tested against)
+    tr.fuse = os.environ.get("NKI_FUSE", "1") != "0"  # done by Plan, before chip tiles get arena offsets
 
 
 def _root(st):
@@ -721,13 +766,27 @@ class Plan:
     def __init__(self, tr: Trace, tmpl):
         self.name = tr.name
         self.template = tmpl
+        # Fused groups are found on the tiles as traced (distinct regions never share bytes), and every tile a
+        # group touches lives through the whole group: arena reuse inside a group would be a hazard between
+        # rows (the executor runs all of a group's steps on a few rows before the next rows).
+        self.fused = _fuse(tr.ins, tr.regions) if getattr(tr, "fuse", False) else 0
+        span = [None] * len(tr.ins)
+        i = 0
+        while i < len(tr.ins):
+            j = i
+            while j + 1 < len(tr.ins) and tr.ins[j][3] & FUSE_NEXT:
+                j += 1
+            span[i:j + 1] = [(i, j)] * (j + 1 - i)
+            i = j + 1
+        pads = _scratch_tiles(tr, span) if self.fused else {}
         # Arena: on-chip regions (tiles and temporaries) live from their first to their last step; a region
         # whose life is over gives its bytes back (first fit, 64-byte aligned).
         first, last = {}, {}
         for i, (_, _, _, _, ops) in enumerate(tr.ins):
+            g0, g1 = span[i]
             for o in ops:
-                first.setdefault(o.region, i)
-                last[o.region] = i
+                first[o.region] = min(first.get(o.region, g0), g0)
+                last[o.region] = max(last.get(o.region, g1), g1)
         ends = {}
         for r, i in last.items():
             ends.setdefault(i, []).append(r)
@@ -768,20 +827,6 @@ class Plan:
                             merged.append((off, sz))
                     free = merged
         self.arena = np.zeros(top + 64, dtype=np.uint8)
-        self.fused = 0
-        if getattr(tr, "fuse", False):
-            # tiles sharing arena bytes are one region for the fusion's hazard checks
-            regs = list(tr.regions) + [{"kind": "chip"}]
-            ar = len(tr.regions)
-
-            def at(o):
-                if tr.regions[o.region]["kind"] != "chip":
-                    return o
-                return Opd(ar, o.dt, o.shape, o.strides, arena_off[o.region] + o.off, o.name)
-
-            view = [(k, op, v, f, [at(o) for o in ops]) for k, op, v, f, ops in tr.ins]
-            self.fused = _fuse(view, regs)
-            tr.ins = [(vk, vop, vv, vf, ops) for (vk, vop, vv, vf, _), (_k, _op, _v, _f, ops) in zip(view, tr.ins)]
         self.consts = np.asarray(tr.consts or [0.0], dtype=np.float32)
         # final region ids: 0 arena, 1 constants, 2.. arguments, then the kernel's HBM outputs
         self.nargs = tr.nargs
@@ -807,6 +852,7 @@ class Plan:
                 else:
                     region, off = final[o.region], o.off
                 rec["o"][k]["region"] = region
+                rec["o"][k]["pad"] = pads.get((i, k), 0)
                 rec["o"][k]["dtype"] = o.dt
                 rec["o"][k]["ndim"] = len(o.shape)
                 rec["o"][k]["offset"] = off

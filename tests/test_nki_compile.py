@@ -594,8 +594,9 @@ def softmax_fuse(x):
 
 @pytest.mark.parametrize("name", ["rmsnorm", "softmax"])
 def test_fused_row_blocks(monkeypatch, name):
-    """NKI_FUSE=1: chains of element-wise steps and free-axis reduces replay a block of rows at a time; the
-    same steps in the same order, so bitwise equal to the unfused replay."""
+    """Fused (the default; NKI_FUSE=0 turns it off): chains of element-wise steps and free-axis reduces replay a
+    block of rows at a time through the same vector loops and row reductions, so bitwise equal to the unfused
+    replay."""
     dev = _dev()
     x = _randn(256, 1000, seed=31)
     w = _randn(1000, seed=32)
@@ -611,3 +612,84 @@ def test_fused_row_blocks(monkeypatch, name):
     assert nki.compile_stats()["fused_groups"] > 0
     _same(fused, plain)
     torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def chain_isa(x, w):
+    """tensor_scalar -> activation with a row sum -> tensor_tensor with a partition-broadcast row -> tensor_copy
+    rounding to x's dtype -> row max -> subtract it: one fused group per call, intermediates in scratch."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    stats = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    wt = nl.ndarray((1, F), dtype=w.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=wt, src=w.reshape((1, F)))
+    a = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=a, data=t, op0=nl.multiply, operand0=0.5, op1=nl.add, operand1=0.25)
+    b = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=b, op=nl.tanh, data=a, reduce_op=nl.add, reduce_res=s,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    c = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=c, data1=b, data2=wt.broadcast(0, P), op=nl.multiply)
+    d = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=d, src=c)
+    m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=m, op=nl.maximum, data=d, axis=1, keepdims=True)
+    nisa.tensor_scalar(dst=d, data=d, op0=nl.subtract, operand0=m)
+    nisa.dma_copy(dst=out, src=d)
+    st = nl.ndarray((P, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=st[:, 0:1], src=s)
+    nisa.tensor_copy(dst=st[:, 1:2], src=m)
+    nisa.dma_copy(dst=stats, src=st)
+    return out, stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(96, 1000), (7, 33), (128, 130), (2, 1)])
+def test_fused_chain_odd_shapes(monkeypatch, shape, dtype):
+    """The fused executor (default) on partition counts below 128 and free sizes that are no multiple of the
+    vector width, fp32 and bf16 tiles: bitwise equal to the step-by-step replay (the same vector loops, row
+    reductions and roundings), and equal to the interpreter within the vector math's error."""
+    dev = _dev()
+    P, F = shape
+    x = _randn(P, F, seed=60, dtype=dtype)
+    w = _randn(F, seed=61)
+    mk = lambda: (x.to(dev), w.to(dev))  # noqa: E731
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "0")
+    _, plain = both(chain_isa, mk, monkeypatch)
+    assert nki.compile_stats()["fused_groups"] == 0
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "1")
+    ref, fused = both(chain_isa, mk, monkeypatch)
+    if P > 1:
+        assert nki.compile_stats()["fused_groups"] > 0
+        (plan,) = [p for p in _compile._PLANS.values() if p is not _compile._INTERPRET]
+        assert (plan.ins["o"]["pad"] > 0).any()  # intermediates kept in scratch blocks
+    _same(fused, plain)
+    # tanh: the library's vector polynomial vs numpy (a bf16 rounding may flip by one unit); the row sum: order
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-2, atol=2e-2)
+    torch.testing.assert_close(fused[0].float(), ref[0].float(), **tol)
+    torch.testing.assert_close(fused[1], ref[1], rtol=1e-5, atol=1e-4 if dtype == torch.bfloat16 else 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_bench_kernels_bf16_fp32(monkeypatch, dtype):
+    """rmsnorm and softmax of the tile API, 128-row tiles over 384 rows of 1000 (fp32 and bf16): fused by
+    default, bitwise equal to the unfused replay."""
+    dev = _dev()
+    x = _randn(384, 1000, seed=62, dtype=dtype)
+    w = _randn(1000, seed=63, dtype=dtype)
+    for kern, mk in ((rmsnorm_fuse, lambda: (x.to(dev), w.to(dev))), (softmax_fuse, lambda: (x.to(dev),))):
+        _compile.reset()
+        monkeypatch.setenv("NKI_FUSE", "0")
+        _, plain = both(kern, mk, monkeypatch)
+        _compile.reset()
+        monkeypatch.delenv("NKI_FUSE")
+        ref, fused = both(kern, mk, monkeypatch)
+        assert nki.compile_stats()["fused_groups"] > 0
+        _same(fused, plain)
+        tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(fused.float(), ref.float(), **tol)

@@ -458,7 +458,7 @@ typedef struct nkx_operand {
     int32_t region;
     int32_t dtype;                   /* nk_dtype */
     int32_t ndim;
-    int32_t pad;
+    int32_t pad;                     /* in a fused group: 1 + the scratch slot of a tile only the group touches */
     int64_t offset;                  /* bytes from bases[region] */
     int64_t sizes[NKX_MAX_DIMS];
     int64_t strides[NKX_MAX_DIMS];   /* elements */
@@ -474,11 +474,20 @@ typedef enum nkx_kind {
     NKX_KIND_COUNT
 } nkx_kind;
 
+/*
+ * Fused groups: the tracer sets NKX_FUSE_NEXT in flags on every step of a run but the last when the run's
+ * steps are element-wise (COPY, UNARY, BINARY on f32/bf16/f16) or reduce every free dim into one value per
+ * row (REDUCE), all over the same number of rows (dim 0), with row r of each step depending only on row r of
+ * the others. The executor then evaluates the run a few rows at a time, every step on those rows before the
+ * next rows, so a row's intermediates stay in L1. A run that breaks these rules fails with NK_INVALID.
+ */
+#define NKX_FUSE_NEXT ((int32_t)1 << 30)
+
 typedef struct nkx_instr {
     int32_t kind;                    /* nkx_kind */
     int32_t op;
     int32_t nops;
-    int32_t flags;
+    int32_t flags;                   /* kind's flags, | NKX_FUSE_NEXT */
     double value;
     nkx_operand o[3];
 } nkx_instr;

@@ -4,15 +4,20 @@
  * The tracer (nki/_compile.py) has already decided everything that depends only on shapes: which PSUM
  * matmuls accumulate, where fp32 staging is needed, which arena bytes each tile uses. What is left here is
  * turning operands into library descriptors and calling the library, so replay costs one library call per
- * step instead of a numpy round trip per instruction.
+ * step instead of a numpy round trip per instruction; and running the fused groups the tracer marked
+ * (NKX_FUSE_NEXT) a few rows at a time through the library's vector loops (nkx_group below).
  */
 #include "neuron_kernels.h"
+#include "elementwise_internal.h"
+#include "reduce_simd.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
-#define NKX_FUSE_NEXT ((int32_t)1 << 30)  /* see nkx_group */
+NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
+NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
+
 
 void nkx_layout(int64_t out[3]) {
     out[0] = (int64_t)sizeof(nkx_instr);
@@ -129,15 +134,6 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
  * execute inside one serial region (nk_parallel_for of one item: nested calls run on the caller), and only
  * steps large enough to amortize a join use the pool.
  */
-/*
- * Fused groups: the tracer marks a run of element-wise steps (and reduces along free dims) whose operands share
- * partition rows (row r of each step touches only row r of the others) with NKX_FUSE_NEXT on every step but the
- * last. Such a group is replayed a block of rows at a time, every step on that block before the next block, so
- * the intermediates of a [128, F] tile stay in L1 instead of each step streaming the whole tile through L2. The
- * steps themselves, their math order and their rounding on each store are unchanged: results are bitwise equal.
- */
-#define NKX_FUSE_CHUNK ((int64_t)32768)
-
 #define NKX_PARALLEL_ELEMS ((int64_t)1 << 18)
 #define NKX_PARALLEL_MACS ((int64_t)1 << 23)
 
@@ -152,7 +148,8 @@ static bool nkx_large(const nkx_instr *in) {
     return n >= NKX_PARALLEL_ELEMS;
 }
 
-static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner);
+static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner,
+                           int64_t *failed_at);
 static int64_t nkx_group_end(const nkx_instr *ins, int64_t i, int64_t n);
 
 typedef struct nkx_serial_ctx {
@@ -171,71 +168,473 @@ static void nkx_serial_run(void *ctx_, int64_t b, int64_t e) {
     for (int64_t i = c->begin; i < c->end;) {
         const int64_t g = nkx_group_end(c->ins, i, c->end);
         nk_status s;
+        int64_t at = 0;
         if (g - i > 1)
-            s = nkx_group(&c->ins[i], g - i, c->bases, c->nbases, true);
+            s = nkx_group(&c->ins[i], g - i, c->bases, c->nbases, true, &at);
         else
             s = nkx_step(&c->ins[i], c->bases, c->nbases);
         if (s != NK_SUCCESS) {
             c->status = s;
-            c->failed = i;
+            c->failed = i + at;
             return;
         }
         i = g;
     }
 }
 
-typedef struct nkx_group_ctx {
-    const nkx_instr *ins;
-    int64_t n, rows, block;
-    void *const *bases;
-    int64_t nbases;
-    nk_status status;
-} nkx_group_ctx;
+/*
+ * The fused executor. The row-blocked replay through the library (one nk_binary/nk_unary/nk_reduce call per
+ * step per block of rows) measured slower than whole-tile steps: each call re-derives its iterator, picks its
+ * loops and may fork the pool, which costs more than the L2 traffic it saves. Here a group is prepared once
+ * per replay (each step's vector loop, operand addresses, coalesced dims for a block of rows), and a block of
+ * rows then runs every step back to back on the element-wise tables' loops, NKX_RUN elements per call:
+ * conversion buffers and the block's rows of every tile stay in L1, and a step costs one indirect call per run.
+ * The loops, conversions and row reductions are the library's own, so results are bitwise those of the
+ * unfused replay.
+ */
+#define NKX_FUSE_MAX 32         /* steps prepared at once; a longer group runs as consecutive groups */
+#define NKX_FUSE_ELEMS 2048     /* elements per row block of a group's widest step (8 KiB of fp32) */
+#define NKX_RUN 512             /* elements per call of a vector loop */
+#define NKX_SLOTS 16            /* scratch tiles of one group */
+#define NKX_SCRATCH 65536       /* bytes of scratch tiles per worker (a group needing more uses the arena) */
 
-static void nkx_group_run(void *ctx_, int64_t b, int64_t e) {
-    nkx_group_ctx *c = ctx_;
-    for (int64_t blk = b; blk < e; blk++) {
-        const int64_t r0 = blk * c->block;
-        const int64_t cnt = r0 + c->block <= c->rows ? c->block : c->rows - r0;
-        for (int64_t k = 0; k < c->n; k++) {
-            nkx_instr in = c->ins[k];
-            for (int32_t q = 0; q < in.nops && q < 3; q++) {
-                nkx_operand *o = &in.o[q];
-                if (o->ndim < 1 || o->dtype < 0 || o->dtype >= NK_DTYPE_COUNT) continue;
-                o->offset += r0 * o->strides[0] * (int64_t)nk_dtype_size((nk_dtype)o->dtype);
-                o->sizes[0] = cnt;
+typedef struct nkx_it {
+    int32_t ndim, nops;
+    int64_t sizes[NKX_MAX_DIMS];        /* fastest dim first */
+    int64_t strides[3][NKX_MAX_DIMS];   /* bytes */
+} nkx_it;
+
+typedef struct nkx_fstep {
+    int32_t kind, op, nops;
+    bool pred;                          /* the loop writes 0/1 bytes (comparisons, logical ops) */
+    bool empty;
+    nk_dtype dt[3];
+    char *row0[3];                      /* row 0 of each operand */
+    int64_t row_bytes[3];
+    int32_t slot[3];                    /* scratch tile of the operand, -1: memory */
+    int64_t soff[3];                    /* its bytes into the worker's scratch for the block's first row */
+    nkx_it full, tail;                  /* element-wise: block rows / the last block's rows; reduce: one row */
+    nk_ew_fn fn, vs, sv;
+    nk_ew_args args;
+    int64_t count;                      /* reduce: elements per row */
+} nkx_fstep;
+
+typedef struct nkx_fgroup {
+    const nk_ew_f32_table *tab;
+    int32_t n;
+    int64_t rows, block;
+    nkx_fstep s[NKX_FUSE_MAX];
+} nkx_fgroup;
+
+/* Operand k of f for rows from r0 on (its row r at the result + (r - r0) * row_bytes[k]). */
+static inline char *nkx_rowp(const nkx_fstep *f, int k, int64_t r0, char *scratch) {
+    return f->slot[k] >= 0 ? scratch + f->soff[k] : f->row0[k] + r0 * f->row_bytes[k];
+}
+
+static bool nkx_float_dtype(int32_t t) { return t == NK_F32 || t == NK_BF16 || t == NK_F16; }
+
+/* Size-1 dims dropped, dims every operand walks contiguously merged: fewer, longer runs. */
+static void nkx_it_coalesce(nkx_it *it) {
+    int32_t m = 0;
+    for (int32_t d = 0; d < it->ndim; d++) {
+        if (it->sizes[d] == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < it->nops && merge; k++)
+            merge = it->strides[k][d] == it->strides[k][m - 1] * it->sizes[m - 1];
+        if (merge) {
+            it->sizes[m - 1] *= it->sizes[d];
+            continue;
+        }
+        it->sizes[m] = it->sizes[d];
+        for (int k = 0; k < it->nops; k++) it->strides[k][m] = it->strides[k][d];
+        m++;
+    }
+    if (m == 0) {
+        m = 1;
+        it->sizes[0] = 1;
+        for (int k = 0; k < it->nops; k++) it->strides[k][0] = 0;
+    }
+    it->ndim = m;
+}
+
+/* Operands k0..nops-1 of in over dims d0.. (dim 0 counted as `rows` rows), fastest first. */
+static void nkx_it_init(nkx_it *it, const nkx_instr *in, int k0, int32_t d0, int64_t rows) {
+    const nkx_operand *ref = &in->o[k0];
+    const int32_t nd = ref->ndim - d0;
+    memset(it, 0, sizeof *it);
+    it->ndim = nd;
+    it->nops = in->nops - k0;
+    for (int32_t d = 0; d < nd; d++) it->sizes[nd - 1 - d] = d + d0 == 0 ? rows : ref->sizes[d + d0];
+    for (int k = 0; k < it->nops; k++) {
+        const nkx_operand *o = &in->o[k0 + k];
+        const int64_t es = (int64_t)nk_dtype_size((nk_dtype)o->dtype);
+        for (int32_t d = 0; d < nd; d++) it->strides[k][nd - 1 - d] = o->strides[d + d0] * es;
+    }
+    nkx_it_coalesce(it);
+}
+
+static bool nkx_unary_fusable(int32_t op) { return op >= NK_NEG && op <= NK_RELU; }
+static bool nkx_binary_fusable(int32_t op) {
+    return op == NK_ADD || op == NK_MUL || op == NK_DIV || op == NK_DIV_TRUNC || op == NK_DIV_FLOOR ||
+           (op >= NK_EQ && op <= NK_LOGICAL_XOR) || op == NK_POW || op == NK_MAXIMUM || op == NK_MINIMUM;
+}
+
+static nk_status nkx_fstep_init(nkx_fstep *f, const nk_ew_f32_table *tab, const nkx_instr *in, void *const *bases,
+                                int64_t nbases, int64_t rows, int64_t block) {
+    memset(f, 0, sizeof *f);
+    f->kind = in->kind;
+    f->op = in->op;
+    f->nops = in->nops;
+    f->slot[0] = f->slot[1] = f->slot[2] = -1;
+    const int need = in->kind == NKX_BINARY ? 3 : 2;
+    if ((in->kind != NKX_COPY && in->kind != NKX_UNARY && in->kind != NKX_BINARY && in->kind != NKX_REDUCE) ||
+        in->nops != need)
+        return NK_INVALID;
+    for (int k = 0; k < in->nops; k++) {
+        const nkx_operand *o = &in->o[k];
+        if (o->region < 0 || o->region >= nbases || o->ndim < 1 || o->ndim > NKX_MAX_DIMS ||
+            !nkx_float_dtype(o->dtype) || o->sizes[0] != rows)
+            return NK_INVALID;
+        for (int32_t d = 0; d < o->ndim; d++)
+            if (o->sizes[d] < 0) return NK_INVALID;
+        f->dt[k] = (nk_dtype)o->dtype;
+        f->row0[k] = (char *)bases[o->region] + o->offset;
+        f->row_bytes[k] = o->strides[0] * (int64_t)nk_dtype_size(f->dt[k]);
+    }
+    if (in->kind == NKX_REDUCE) {
+        const nkx_operand *dst = &in->o[0], *src = &in->o[1];
+        const uint32_t dims = (uint32_t)(in->flags & ~NKX_FUSE_NEXT);
+        if ((dims & 1u) || in->op < NK_REDUCE_SUM || in->op > NK_REDUCE_AMIN) return NK_INVALID;
+        int64_t per_dst = 1;
+        for (int32_t d = 1; d < dst->ndim; d++) per_dst *= dst->sizes[d];
+        if (per_dst != 1) return NK_INVALID;
+        for (int32_t d = 1; d < src->ndim; d++)
+            if (src->sizes[d] > 1 && !(dims >> d & 1u)) return NK_INVALID;
+        nkx_it_init(&f->full, in, 1, 1, 1);
+        f->count = 1;
+        for (int32_t d = 1; d < src->ndim; d++) f->count *= src->sizes[d];
+        /* nk_reduce refuses the max of nothing */
+        if (f->count == 0 && rows > 0 && in->op >= NK_REDUCE_AMAX) return NK_INVALID;
+        return NK_SUCCESS;
+    }
+    for (int k = 1; k < in->nops; k++) {
+        if (in->o[k].ndim != in->o[0].ndim) return NK_INVALID;
+        for (int32_t d = 0; d < in->o[0].ndim; d++)
+            if (in->o[k].sizes[d] != in->o[0].sizes[d]) return NK_INVALID;
+    }
+    for (int32_t d = 1; d < in->o[0].ndim; d++) f->empty = f->empty || in->o[0].sizes[d] == 0;
+    f->args.f32[NK_ARG_ALPHA] = 1.0f;
+    f->args.f64[NK_ARG_ALPHA] = 1.0;
+    f->args.f32[NK_ARG_LO] = -INFINITY;
+    f->args.f64[NK_ARG_LO] = -INFINITY;
+    f->args.f32[NK_ARG_HI] = INFINITY;
+    f->args.f64[NK_ARG_HI] = INFINITY;
+    f->args.reduced = -1;
+    if (in->kind == NKX_UNARY) {
+        if (!nkx_unary_fusable(in->op)) return NK_INVALID;
+        f->fn = tab->fn[NK_EW_UNARY(in->op)];
+    } else if (in->kind == NKX_BINARY) {
+        if (!nkx_binary_fusable(in->op)) return NK_INVALID;
+        f->fn = tab->fn[NK_EW_BINARY(in->op)];
+        f->vs = tab->vs[in->op];
+        f->sv = tab->sv[in->op];
+        f->pred = in->op >= NK_EQ && in->op <= NK_LOGICAL_XOR;
+        if (in->op == NK_ADD) {
+            f->args.f32[NK_ARG_ALPHA] = (float)in->value;
+            f->args.f64[NK_ARG_ALPHA] = in->value;
+        }
+    }
+    if (in->kind != NKX_COPY && f->fn == NULL) return NK_INVALID;
+    nkx_it_init(&f->full, in, 0, 0, block);
+    nkx_it_init(&f->tail, in, 0, 0, rows % block ? rows % block : block);
+    return NK_SUCCESS;
+}
+
+/* n elements at q (byte stride s) as floats: in place when they already are contiguous floats, else in buf. */
+static const float *nkx_load(const nk_ew_f32_table *tab, float *buf, const char *q, int64_t s, nk_dtype t,
+                             int64_t n) {
+    if (t == NK_F32 && s == 4) return (const float *)q;
+    if (t == NK_BF16 && s == 2) {
+        tab->from_bf16(buf, (const uint16_t *)q, n);
+    } else if (t == NK_F16 && s == 2) {
+        tab->from_f16(buf, (const uint16_t *)q, n);
+    } else {
+        for (int64_t i = 0; i < n; i++) buf[i] = nk_load_f32(q + i * s, t);
+    }
+    return buf;
+}
+
+/* n floats rounded to t into q (byte stride s). */
+static void nkx_store(const nk_ew_f32_table *tab, char *q, int64_t s, nk_dtype t, const float *v, int64_t n) {
+    if (t == NK_F32 && s == 4) {
+        if ((const void *)q != (const void *)v) memmove(q, v, (size_t)n * sizeof(float));
+    } else if (t == NK_BF16 && s == 2) {
+        tab->to_bf16((uint16_t *)q, v, n);
+    } else if (t == NK_F16 && s == 2) {
+        tab->to_f16((uint16_t *)q, v, n);
+    } else {
+        for (int64_t i = 0; i < n; i++) nk_store_f32(q + i * s, t, v[i]);
+    }
+}
+
+/* One run of n elements of an element-wise step: p[k] its operands' first elements, s[k] their byte strides. */
+static void nkx_ew_span(const nk_ew_f32_table *tab, const nkx_fstep *f, char *const *p, const int64_t *s,
+                        int64_t n, float *buf) {
+    float *ob = buf, *ib[2] = {buf + NKX_RUN, buf + 2 * NKX_RUN};
+    uint8_t pb[NKX_RUN];
+    const int64_t es0 = (int64_t)nk_dtype_size(f->dt[0]);
+    for (int64_t j = 0; j < n; j += NKX_RUN) {
+        const int64_t len = n - j < NKX_RUN ? n - j : NKX_RUN;
+        char *q0 = p[0] + j * s[0];
+        if (f->kind == NKX_COPY && f->dt[0] == f->dt[1]) {  /* same dtype: the bytes, as nk_copy */
+            const char *q1 = p[1] + j * s[1];
+            if (s[0] == es0 && s[1] == es0)
+                memmove(q0, q1, (size_t)(len * es0));
+            else
+                for (int64_t i = 0; i < len; i++) memmove(q0 + i * s[0], q1 + i * s[1], (size_t)es0);
+            continue;
+        }
+        const void *in[2] = {NULL, NULL};
+        bool one[2] = {false, false};
+        float sc[2] = {0.0f, 0.0f};
+        for (int k = 1; k < f->nops; k++) {
+            const char *q = p[k] + j * s[k];
+            if (s[k] == 0) {
+                sc[k - 1] = nk_load_f32(q, f->dt[k]);
+                one[k - 1] = true;
+                in[k - 1] = &sc[k - 1];
+            } else {
+                in[k - 1] = nkx_load(tab, ib[k - 1], q, s[k], f->dt[k], len);
             }
-            nk_status s = nkx_step(&in, c->bases, c->nbases);
-            if (s != NK_SUCCESS) {
-                c->status = s;
-                return;
+        }
+        nk_ew_fn fn = f->fn;
+        if (f->kind == NKX_BINARY && one[1] && !one[0] && f->vs) {
+            fn = f->vs;
+        } else if (f->kind == NKX_BINARY && one[0] && !one[1] && f->sv) {
+            fn = f->sv;
+        } else {
+            for (int k = 0; k < f->nops - 1; k++) {
+                if (!one[k]) continue;
+                for (int64_t i = 0; i < len; i++) ib[k][i] = sc[k];
+                in[k] = ib[k];
             }
+        }
+        if (f->kind == NKX_COPY) {
+            nkx_store(tab, q0, s[0], f->dt[0], (const float *)in[0], len);
+            continue;
+        }
+        if (f->pred) {
+            fn(pb, in, len, &f->args);
+            for (int64_t i = 0; i < len; i++) ob[i] = (float)pb[i];
+            nkx_store(tab, q0, s[0], f->dt[0], ob, len);
+        } else if (f->dt[0] == NK_F32 && s[0] == 4) {
+            fn(q0, in, len, &f->args);
+        } else {
+            fn(ob, in, len, &f->args);
+            nkx_store(tab, q0, s[0], f->dt[0], ob, len);
         }
     }
 }
 
-/* Runs the fused group ins[0..n) (see NKX_FUSE_NEXT); the tracer guarantees every operand has rows rows. */
-static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner) {
-    const int64_t rows = ins[0].o[0].ndim >= 1 ? ins[0].o[0].sizes[0] : 1;
-    int64_t per_row = 1;
-    bool large = false;
-    for (int64_t k = 0; k < n; k++) {
-        large = large || nkx_large(&ins[k]);
-        for (int32_t q = 0; q < ins[k].nops && q < 3; q++) {
-            int64_t m = 1;
-            for (int32_t d = 1; d < ins[k].o[q].ndim && d < NKX_MAX_DIMS; d++) m *= ins[k].o[q].sizes[d];
-            if (m > per_row) per_row = m;
+static void nkx_ew_rows(const nk_ew_f32_table *tab, const nkx_fstep *f, const nkx_it *it, int64_t r0, float *buf,
+                        char *scratch) {
+    char *p[3];
+    int64_t idx[NKX_MAX_DIMS] = {0}, s0[3];
+    for (int k = 0; k < f->nops; k++) {
+        p[k] = nkx_rowp(f, k, r0, scratch);
+        s0[k] = it->strides[k][0];
+    }
+    for (;;) {
+        nkx_ew_span(tab, f, p, s0, it->sizes[0], buf);
+        int32_t d = 1;
+        for (; d < it->ndim; d++) {
+            for (int k = 0; k < f->nops; k++) p[k] += it->strides[k][d];
+            if (++idx[d] < it->sizes[d]) break;
+            for (int k = 0; k < f->nops; k++) p[k] -= it->strides[k][d] * it->sizes[d];
+            idx[d] = 0;
+        }
+        if (d >= it->ndim) return;
+    }
+}
+
+/* Rows r0..r0+cnt of a reduce: each row's free elements (the iterator `full`) into its one destination value,
+ * with nk_reduce's loops and rounding (float sums of a contiguous row in PyTorch's order, mean = the float sum
+ * divided in float, max/min NaN-propagating). */
+static void nkx_reduce_rows(const nk_ew_f32_table *tab, const nkx_fstep *f, int64_t r0, int64_t cnt, float *buf,
+                            char *scratch) {
+    const nkx_it *it = &f->full;
+    const bool mx = f->op == NK_REDUCE_AMAX || f->op == NK_REDUCE_AMIN;
+    char *const src0 = nkx_rowp(f, 1, r0, scratch), *const dst0 = nkx_rowp(f, 0, r0, scratch);
+    for (int64_t r = 0; r < cnt; r++) {
+        const char *p = src0 + r * f->row_bytes[1];
+        int64_t idx[NKX_MAX_DIMS] = {0};
+        double acc = 0.0;
+        float best = f->op == NK_REDUCE_AMAX ? -INFINITY : INFINITY;
+        bool nan = false;
+        const int64_t n0 = f->count ? it->sizes[0] : 0, s = it->strides[0][0];
+        /* one chunk per contiguous f32 run (nk_reduce sums such a row whole), NKX_RUN-element chunks otherwise */
+        const int64_t chunk = f->dt[1] == NK_F32 && s == 4 ? n0 : NKX_RUN;
+        for (;;) {
+            for (int64_t j = 0; j < n0; j += chunk) {
+                const int64_t len = n0 - j < chunk ? n0 - j : chunk;
+                const float *x = nkx_load(tab, buf, p + j * s, s, f->dt[1], len);
+                if (mx) {
+                    const float v = nk_max(x, len, f->op == NK_REDUCE_AMAX);
+                    nan = nan || v != v;
+                    if (f->op == NK_REDUCE_AMAX ? v > best : v < best) best = v;
+                } else {
+                    acc += (double)nk_sum_cascade(x, len);
+                }
+            }
+            int32_t d = 1;
+            for (; d < it->ndim; d++) {
+                p += it->strides[0][d];
+                if (++idx[d] < it->sizes[d]) break;
+                p -= it->strides[0][d] * it->sizes[d];
+                idx[d] = 0;
+            }
+            if (d >= it->ndim || n0 == 0) break;
+        }
+        float v;
+        if (mx)
+            v = nan ? NAN : best;
+        else if (f->op == NK_REDUCE_MEAN)
+            v = (float)acc / (float)f->count;
+        else
+            v = (float)acc;
+        nk_store_f32(dst0 + r * f->row_bytes[0], f->dt[0], v);
+    }
+}
+
+static void nkx_fgroup_run(void *ctx, int64_t b, int64_t e) {
+    const nkx_fgroup *g = ctx;
+    float buf[3 * NKX_RUN];
+    _Alignas(64) char scratch[NKX_SCRATCH];
+    for (int64_t blk = b; blk < e; blk++) {
+        const int64_t r0 = blk * g->block;
+        const int64_t cnt = r0 + g->block <= g->rows ? g->block : g->rows - r0;
+        for (int32_t k = 0; k < g->n; k++) {
+            const nkx_fstep *f = &g->s[k];
+            if (f->kind == NKX_REDUCE)
+                nkx_reduce_rows(g->tab, f, r0, cnt, buf, scratch);
+            else if (!f->empty)
+                nkx_ew_rows(g->tab, f, cnt == g->block ? &f->full : &f->tail, r0, buf, scratch);
         }
     }
-    int64_t block = NKX_FUSE_CHUNK / per_row;
-    if (block < 1) block = 1;
-    const int64_t nblocks = rows > 0 ? (rows + block - 1) / block : 0;
-    nkx_group_ctx c = {ins, n, rows, block, bases, nbases, NK_SUCCESS};
-    if (large && !inner)
-        nk_parallel_for(nblocks, 1, nkx_group_run, &c);
-    else
-        nkx_group_run(&c, 0, nblocks);
-    return c.status;
+}
+
+/*
+ * Scratch tiles: the tracer tags (operand pad = slot + 1) the operands of an on-chip tile that only this group
+ * touches, so no step outside it reads what the group writes there. Such a tile never needs its arena bytes:
+ * each block of rows lives in the worker's scratch instead (block * row bytes), which keeps the group's
+ * intermediates in L1 and spares their write-back (measured: writing dead [128, 1024] intermediates to the
+ * arena cost as much as the passes fusion saved). Every operand of a slot must address rows of one byte
+ * stride, each row's bytes within one stride of the lowest operand offset; a group whose slots do not fit in
+ * NKX_SCRATCH runs on the arena, where the same operands are valid too.
+ */
+static nk_status nkx_slots(nkx_fgroup *g, const nkx_instr *gi, int64_t *failed_at) {
+    int64_t lo[NKX_SLOTS], stride[NKX_SLOTS], off[NKX_SLOTS];
+    bool used[NKX_SLOTS] = {false};
+    for (int32_t k = 0; k < g->n; k++) {
+        for (int q = 0; q < gi[k].nops; q++) {
+            const nkx_operand *o = &gi[k].o[q];
+            if (o->pad == 0) continue;
+            const int32_t sl = o->pad - 1;
+            if (sl < 0 || sl >= NKX_SLOTS || o->region != 0 || g->s[k].row_bytes[q] <= 0) {
+                *failed_at = k;
+                return NK_INVALID;
+            }
+            if (!used[sl] || o->offset < lo[sl]) lo[sl] = o->offset;
+            if (used[sl] && stride[sl] != g->s[k].row_bytes[q]) {
+                *failed_at = k;
+                return NK_INVALID;
+            }
+            used[sl] = true;
+            stride[sl] = g->s[k].row_bytes[q];
+        }
+    }
+    int64_t top = 0;
+    for (int sl = 0; sl < NKX_SLOTS; sl++) {
+        if (!used[sl]) continue;
+        off[sl] = top;
+        top += (g->block * stride[sl] + 63) / 64 * 64;
+    }
+    for (int32_t k = 0; k < g->n; k++) {
+        for (int q = 0; q < gi[k].nops; q++) {
+            const nkx_operand *o = &gi[k].o[q];
+            if (o->pad == 0) continue;
+            const int32_t sl = o->pad - 1;
+            /* the row's last byte, from the operand's offset */
+            int64_t end = (int64_t)nk_dtype_size((nk_dtype)o->dtype);
+            for (int32_t d = 1; d < o->ndim; d++) {
+                if (o->strides[d] < 0) {
+                    *failed_at = k;
+                    return NK_INVALID;
+                }
+                if (o->sizes[d] > 0) end += (o->sizes[d] - 1) * o->strides[d] * (int64_t)nk_dtype_size((nk_dtype)o->dtype);
+            }
+            if (o->offset - lo[sl] + end > stride[sl]) {
+                *failed_at = k;
+                return NK_INVALID;
+            }
+            if (top <= NKX_SCRATCH) {
+                g->s[k].slot[q] = sl;
+                g->s[k].soff[q] = off[sl] + o->offset - lo[sl];
+            }
+        }
+    }
+    return NK_SUCCESS;
+}
+
+/* Runs the fused group ins[0..n) (see NKX_FUSE_NEXT); *failed_at: the offending step on NK_INVALID. */
+static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner,
+                           int64_t *failed_at) {
+    for (int64_t g0 = 0; g0 < n; g0 += NKX_FUSE_MAX) {
+        const int64_t m = n - g0 < NKX_FUSE_MAX ? n - g0 : NKX_FUSE_MAX;
+        const nkx_instr *gi = ins + g0;
+        if (gi[0].nops < 1 || gi[0].o[0].ndim < 1 || gi[0].o[0].ndim > NKX_MAX_DIMS) {
+            *failed_at = g0;
+            return NK_INVALID;
+        }
+        const int64_t rows = gi[0].o[0].sizes[0];
+        int64_t per_row = 1;
+        bool large = false;
+        for (int64_t k = 0; k < m; k++) {
+            large = large || nkx_large(&gi[k]);
+            for (int32_t q = 0; q < gi[k].nops && q < 3; q++) {
+                int64_t e = 1;
+                for (int32_t d = 1; d < gi[k].o[q].ndim && d < NKX_MAX_DIMS; d++) e *= gi[k].o[q].sizes[d];
+                if (e > per_row) per_row = e;
+            }
+        }
+        int64_t block = NKX_FUSE_ELEMS / per_row;
+        if (block < 1) block = 1;
+        nkx_fgroup g;
+        g.tab = nk_ew_f32_select();
+        g.n = (int32_t)m;
+        g.rows = rows;
+        g.block = block;
+        for (int64_t k = 0; k < m; k++) {
+            const nk_status s = nkx_fstep_init(&g.s[k], g.tab, &gi[k], bases, nbases, rows, block);
+            if (s != NK_SUCCESS) {
+                *failed_at = g0 + k;
+                return s;
+            }
+        }
+        /* a split group's scratch tiles would have to outlive their part: those stay on the arena */
+        const nk_status ss = n <= NKX_FUSE_MAX ? nkx_slots(&g, gi, failed_at) : NK_SUCCESS;
+        if (ss != NK_SUCCESS) {
+            *failed_at += g0;
+            return ss;
+        }
+        if (rows <= 0) continue;
+        const int64_t nblocks = (rows + block - 1) / block;
+        if (large && !inner)
+            nk_parallel_for(nblocks, 1, nkx_fgroup_run, &g);
+        else
+            nkx_fgroup_run(&g, 0, nblocks);
+    }
+    return NK_SUCCESS;
 }
 
 static int64_t nkx_group_end(const nkx_instr *ins, int64_t i, int64_t n) {
@@ -252,9 +651,10 @@ nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t n
             bool large = false;
             for (int64_t k = i; k < g; k++) large = large || nkx_large(&ins[k]);
             if (large) {
-                nk_status s = nkx_group(&ins[i], g - i, bases, nbases, false);
+                int64_t at = 0;
+                nk_status s = nkx_group(&ins[i], g - i, bases, nbases, false, &at);
                 if (s != NK_SUCCESS) {
-                    if (failed_at) *failed_at = i;
+                    if (failed_at) *failed_at = i + at;
                     return s;
                 }
                 i = g;
