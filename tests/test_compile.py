@@ -155,6 +155,26 @@ def test_mlp_training_loop(backend):
         torch.testing.assert_close(pc.detach().cpu(), pe.detach().cpu(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.skipif(torch.neuron.device_count() < 2, reason="needs two neuron cores")
+def test_graph_on_another_device_than_the_current_one():
+    # The graph's buffers must be allocated where its inputs are (neuron:1), whatever the current device.
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8)).to("neuron:1")
+    x = torch.randn(6, 16, device="neuron:1")
+    step = torch.compile(lambda t: model(t).square().mean(), backend="neuron")
+    assert torch.neuron.current_device() == 0
+    loss = step(x)
+    loss.backward()
+    assert loss.device == torch.device("neuron:1") and model[0].weight.grad.device == torch.device("neuron:1")
+    assert torch.neuron.current_device() == 0
+    grads = [p.grad.cpu() for p in model.parameters()]
+    model.zero_grad()
+    eager = model(x).square().mean()
+    eager.backward()
+    torch.testing.assert_close(loss.cpu(), eager.cpu(), rtol=1e-5, atol=1e-6)
+    for g, p in zip(grads, model.parameters()):
+        torch.testing.assert_close(g, p.grad.cpu(), rtol=1e-4, atol=1e-6)
+
+
 def test_static_shapes_by_default_dynamic_on_request():
     def f(x):
         return torch.tanh(x) * x.shape[0]

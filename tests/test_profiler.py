@@ -164,6 +164,38 @@ def test_backward_graph_is_one_event_holding_its_kernels(tmp_path):
     assert avgs[host].count == 1 and avgs[host].device_time_total > 0
 
 
+@pytest.mark.skipif(torch.neuron.device_count() < 2, reason="needs two neuron cores")
+def test_events_carry_the_device_they_ran_on(tmp_path):
+    a = torch.randn(24, 16, device="neuron:1")
+    f = torch.compile(lambda t: torch.relu(t @ t.T) + 1, backend="neuron")
+    f(a)
+    b = torch.randn(16, 16, device="neuron:0")
+    with profile(activities=ACTIVITIES, record_shapes=True) as prof:
+        a @ a.T
+        b @ b
+        torch.ones(4, device="neuron:1")
+        f(a)
+        torch.neuron.synchronize()
+    events = _export(prof, tmp_path / "trace.json")
+    kernels = _kernels(events)
+    mm = [e for e in kernels if e["name"].startswith("[neuron] aten::mm")]
+    by_shape = {tuple(e["args"]["Input Dims"][0]): e for e in mm}
+    assert by_shape[(24, 16)]["pid"] == 1 and by_shape[(24, 16)]["args"]["device"] == 1
+    assert by_shape[(16, 16)]["pid"] == 0 and by_shape[(16, 16)]["args"]["device"] == 0
+    # A factory op has no neuron input: it ran where its result is.
+    fill = [e for e in kernels if e["args"].get("Input Dims", [None])[0] == [4] or "fill" in e["name"]]
+    assert fill and all(e["pid"] == 1 for e in fill), [(e["name"], e["pid"]) for e in fill]
+    g = next(e for e in kernels if e["name"].startswith("[neuron graph]"))
+    assert g["pid"] == 1 and g["args"]["device"] == 1
+    inside = _inside(g, kernels)
+    assert {e["args"]["kind"] for e in inside} == {"native", "generated"}, [e["name"] for e in inside]
+    names = _process_names(events)
+    assert names[0] == "neuron:0" and names[1] == "neuron:1"
+    # PyTorch's own view of the events agrees (FunctionEvent.device_index).
+    devs = {e.name: e.device_index for e in prof.events() if e.name.startswith("[neuron graph]")}
+    assert list(devs.values()) == [1], devs
+
+
 def test_no_events_without_privateuse1_activity():
     a = torch.randn(16, 16, device="neuron")
     with profile(activities=[ProfilerActivity.CPU]) as prof:

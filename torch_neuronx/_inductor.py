@@ -156,6 +156,24 @@ def _treat_neuron_as_cpp_device() -> None:
             mod.get_current_backend = get_current_backend
 
 
+def _guard_neuron_device() -> None:
+    """Inductor enters a device guard around a graph's code only for GPU devices; without it a graph of
+    tensors on neuron:1 allocated its buffers on the current device (neuron:0) and an extern kernel then
+    mixed the two. The wrapper enters ``torch.neuron.device(i)`` for neuron too (about a microsecond per
+    call)."""
+    from torch._inductor import scheduler
+
+    base = scheduler.device_need_guard
+    if getattr(base, "_neuron", False):
+        return
+
+    def device_need_guard(device: str) -> bool:
+        return device == "neuron" or base(device)
+
+    device_need_guard._neuron = True
+    scheduler.device_need_guard = device_need_guard
+
+
 def register() -> None:
     """Registers the neuron codegen with Inductor and the device interface with Dynamo (idempotent)."""
     global _registered
@@ -164,6 +182,7 @@ def register() -> None:
             return
         _dynamo_interface.install()
         _treat_neuron_as_cpp_device()
+        _guard_neuron_device()
         register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
         if get_scheduling_for_device("neuron") is None:
             register_backend_for_device("neuron", CppScheduling, NeuronWrapperCodegen,
