@@ -1,0 +1,360 @@
+/*
+ * test_nki_exec.c - the NKI plan executor (nkx_run): hand-built plans of the shapes nki/_compile.py records,
+ * replayed step by step and as fused groups (NKX_FUSE_NEXT). Fused must equal unfused bitwise (same vector
+ * loops, conversions and row reductions), both must match plain double loops, and a malformed plan must
+ * come back as NK_INVALID naming the step, never as a crash.
+ */
+#include "nk_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float rnd(void) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(g_rng >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+}
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Regions of the plans below, as the Python side numbers them: 0 arena, 1 constants, then arguments. */
+enum { R_ARENA = 0, R_CONST, R_X, R_W, R_OUT, R_COUNT };
+
+static nkx_operand opd(int32_t region, nk_dtype dt, int64_t off_bytes, int32_t nd, const int64_t *sizes,
+                       const int64_t *strides) {
+    nkx_operand o;
+    memset(&o, 0, sizeof o);
+    o.region = region;
+    o.dtype = dt;
+    o.ndim = nd;
+    o.offset = off_bytes;
+    for (int32_t d = 0; d < nd; d++) {
+        o.sizes[d] = sizes[d];
+        o.strides[d] = strides[d];
+    }
+    return o;
+}
+
+static nkx_instr ins(int32_t kind, int32_t op, double value, int32_t flags, int nops, nkx_operand a, nkx_operand b,
+                     nkx_operand c) {
+    nkx_instr in;
+    memset(&in, 0, sizeof in);
+    in.kind = kind;
+    in.op = op;
+    in.value = value;
+    in.flags = flags;
+    in.nops = nops;
+    in.o[0] = a;
+    in.o[1] = b;
+    in.o[2] = c;
+    return in;
+}
+
+static void fuse(nkx_instr *p, int n, bool on) {
+    for (int i = 0; i < n; i++) {
+        p[i].flags &= ~NKX_FUSE_NEXT;
+        if (on && i + 1 < n) p[i].flags |= NKX_FUSE_NEXT;
+    }
+}
+
+static float g_consts[4];
+
+/* Tags the arena tiles of a one-group plan as scratch (nkx_slots: one slot per tile, by its arena offset), as the
+ * tracer does for tiles no step outside the group touches; off: every operand back on the arena. */
+static void scratch(nkx_instr *p, int n, bool on) {
+    int64_t offs[8];
+    int nt = 0;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < p[i].nops; k++) {
+            nkx_operand *o = &p[i].o[k];
+            o->pad = 0;
+            if (!on || o->region != R_ARENA) continue;
+            int t = 0;
+            while (t < nt && offs[t] != o->offset) t++;
+            if (t == nt) offs[nt++] = o->offset;
+            o->pad = t + 1;
+        }
+    }
+}
+
+/*
+ * rmsnorm of x [rows, f] (dt) with weight w [f] (f32, broadcast over rows by a stride-0 dim), as the tile API
+ * records it after load forwarding: sq = x * x; ss = sum(sq); m = ss * (1/f); m = m + eps; r = rsqrt(m);
+ * y = x * r (r broadcast along the row); out = y * w. Then a softmax of out's rows: d = out (widened to f32, as
+ * the tracer stages reduce inputs); mx = max(d); d = d - mx; e = exp(d); s = sum(e); rs = 1/s; e = e * rs, and
+ * d = e > 1/f (a predicate into a float tile), stored into the second half of the output as dt.
+ */
+static int build(nkx_instr *p, int64_t rows, int64_t f, nk_dtype dt, int64_t x_row_stride) {
+    const int64_t es = (int64_t)nk_dtype_size(dt);
+    const int64_t tile = rows * f * 4, col = rows * 4;
+    int64_t full[2] = {rows, f}, one[2] = {rows, 1};
+    int64_t st_x[2] = {x_row_stride, 1}, st_t[2] = {f, 1}, st_c[2] = {1, 1}, st_b[2] = {1, 0}, st_w[2] = {0, 1},
+            st_k[2] = {0, 0};
+    /* arena: sq @0, y @tile, e @2*tile, d @3*tile, five [rows, 1] columns after */
+    const int64_t cols = 4 * tile;
+    nkx_operand x = opd(R_X, dt, 0, 2, full, st_x);
+    nkx_operand sq = opd(R_ARENA, NK_F32, 0, 2, full, st_t);
+    nkx_operand y = opd(R_ARENA, NK_F32, tile, 2, full, st_t);
+    nkx_operand e = opd(R_ARENA, NK_F32, 2 * tile, 2, full, st_t);
+    nkx_operand d = opd(R_ARENA, NK_F32, 3 * tile, 2, full, st_t);
+    nkx_operand c0 = opd(R_ARENA, NK_F32, cols, 2, one, st_c), c1 = opd(R_ARENA, NK_F32, cols + col, 2, one, st_c);
+    nkx_operand c0b = opd(R_ARENA, NK_F32, cols, 2, full, st_b);
+    nkx_operand c1b = opd(R_ARENA, NK_F32, cols + col, 2, full, st_b);
+    nkx_operand kinv = opd(R_CONST, NK_F32, 0, 2, one, st_k), keps = opd(R_CONST, NK_F32, 4, 2, one, st_k);
+    nkx_operand kinvf = opd(R_CONST, NK_F32, 0, 2, full, st_k);
+    nkx_operand w = opd(R_W, NK_F32, 0, 2, full, st_w);
+    nkx_operand out = opd(R_OUT, dt, 0, 2, full, st_t);
+    nkx_operand out2 = opd(R_OUT, dt, rows * f * es, 2, full, st_t);
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    g_consts[0] = 1.0f / (float)f;
+    g_consts[1] = 1e-6f;
+    int n = 0;
+    p[n++] = ins(NKX_BINARY, NK_MUL, 1.0, 0, 3, sq, x, x);
+    p[n++] = ins(NKX_REDUCE, NK_REDUCE_SUM, 0.0, 2, 2, c0, sq, none);
+    p[n++] = ins(NKX_BINARY, NK_MUL, 1.0, 0, 3, c0, c0, kinv);
+    p[n++] = ins(NKX_BINARY, NK_ADD, 1.0, 0, 3, c0, c0, keps);
+    p[n++] = ins(NKX_UNARY, NK_RSQRT, 0.0, 0, 2, c1, c0, none);
+    p[n++] = ins(NKX_BINARY, NK_MUL, 1.0, 0, 3, y, x, c1b);
+    p[n++] = ins(NKX_BINARY, NK_MUL, 1.0, 0, 3, out, y, w);
+    p[n++] = ins(NKX_COPY, 0, 0.0, 0, 2, d, out, none);
+    p[n++] = ins(NKX_REDUCE, NK_REDUCE_AMAX, 0.0, 2, 2, c0, d, none);
+    p[n++] = ins(NKX_BINARY, NK_ADD, -1.0, 0, 3, d, d, c0b);
+    p[n++] = ins(NKX_UNARY, NK_EXP, 0.0, 0, 2, e, d, none);
+    p[n++] = ins(NKX_REDUCE, NK_REDUCE_SUM, 0.0, 2, 2, c1, e, none);
+    p[n++] = ins(NKX_UNARY, NK_RECIPROCAL, 0.0, 0, 2, c1, c1, none);
+    p[n++] = ins(NKX_BINARY, NK_MUL, 1.0, 0, 3, e, e, c1b);
+    p[n++] = ins(NKX_BINARY, NK_GT, 1.0, 0, 3, d, e, kinvf);
+    p[n++] = ins(NKX_COPY, 0, 0.0, 0, 2, out2, d, none);
+    return n;
+}
+
+typedef struct bufs {
+    void *arena, *x, *out;
+    float *w;
+    size_t arena_bytes, out_bytes;
+} bufs;
+
+static void run_plan(const nkx_instr *p, int n, bufs *b, const void *x0, size_t xbytes) {
+    memset(b->arena, 0xFF, b->arena_bytes); /* NaN: stale arena bytes must not leak into results */
+    memset(b->out, 0, b->out_bytes);
+    memcpy(b->x, x0, xbytes);
+    void *bases[R_COUNT] = {b->arena, g_consts, b->x, b->w, b->out};
+    int64_t failed = 123;
+    const nk_status s = nkx_run(p, n, bases, R_COUNT, &failed);
+    CHECK_MSG(s == NK_SUCCESS && failed == -1, "status %d at %lld", (int)s, (long long)failed);
+}
+
+static float outv(const void *out, nk_dtype dt, int64_t i) {
+    return dt == NK_F32 ? ((const float *)out)[i] : from_bf16(((const uint16_t *)out)[i]);
+}
+
+static void test_chain(int64_t rows, int64_t f, nk_dtype dt, int64_t pad) {
+    const int64_t es = (int64_t)nk_dtype_size(dt), xs = f + pad;
+    bufs b;
+    b.arena_bytes = (size_t)(4 * rows * f * 4 + 2 * rows * 4 + 64);
+    b.out_bytes = (size_t)(2 * rows * f * es);
+    b.arena = malloc(b.arena_bytes);
+    b.out = malloc(b.out_bytes);
+    b.x = malloc((size_t)(rows * xs * es));
+    void *x0 = malloc((size_t)(rows * xs * es));
+    b.w = malloc((size_t)f * 4);
+    float *xf = malloc((size_t)(rows * xs) * 4);
+    for (int64_t i = 0; i < rows * xs; i++) {
+        xf[i] = rnd();
+        if (dt == NK_BF16) {
+            ((uint16_t *)x0)[i] = to_bf16(xf[i]);
+            xf[i] = from_bf16(((uint16_t *)x0)[i]);
+        } else {
+            ((float *)x0)[i] = xf[i];
+        }
+    }
+    for (int64_t j = 0; j < f; j++) b.w[j] = rnd();
+    nkx_instr p[32];
+    const int n = build(p, rows, f, dt, xs);
+    void *plain = malloc(b.out_bytes);
+    fuse(p, n, false);
+    run_plan(p, n, &b, x0, (size_t)(rows * xs * es));
+    memcpy(plain, b.out, b.out_bytes);
+    fuse(p, n, true);
+    run_plan(p, n, &b, x0, (size_t)(rows * xs * es));
+    CHECK_MSG(memcmp(plain, b.out, b.out_bytes) == 0, "rows %lld f %lld dt %d: fused != unfused", (long long)rows,
+              (long long)f, (int)dt);
+    /* the intermediates in the workers' scratch blocks instead of the arena */
+    scratch(p, n, true);
+    run_plan(p, n, &b, x0, (size_t)(rows * xs * es));
+    CHECK_MSG(memcmp(plain, b.out, b.out_bytes) == 0, "rows %lld f %lld dt %d: scratch != unfused", (long long)rows,
+              (long long)f, (int)dt);
+    scratch(p, n, false);
+    /* and two fused groups split where the rmsnorm half ends (a different block plan per group) */
+    fuse(p, 7, true);
+    fuse(p + 7, n - 7, true);
+    run_plan(p, n, &b, x0, (size_t)(rows * xs * es));
+    CHECK_MSG(memcmp(plain, b.out, b.out_bytes) == 0, "rows %lld f %lld: two groups != unfused", (long long)rows,
+              (long long)f);
+    /* against double loops, rounding where the plan rounds (the output dtype) */
+    const double tol = dt == NK_F32 ? 2e-5 : 1e-2;
+    int bad = 0;
+    for (int64_t r = 0; r < rows && bad < 5; r++) {
+        const float *xr = xf + r * xs;
+        double ss = 0;
+        for (int64_t j = 0; j < f; j++) ss += (double)xr[j] * xr[j];
+        const double rs = 1.0 / sqrt(ss / (double)f + 1e-6);
+        double mx = -INFINITY;
+        double *o = malloc((size_t)f * sizeof(double));
+        for (int64_t j = 0; j < f; j++) {
+            o[j] = dt == NK_F32 ? (double)xr[j] * rs * b.w[j] : from_bf16(to_bf16((float)((double)xr[j] * rs * b.w[j])));
+            const double got = outv(b.out, dt, r * f + j);
+            if (!(fabs(got - o[j]) <= tol * (1 + fabs(o[j])))) {
+                bad++;
+                CHECK_MSG(0, "rmsnorm row %lld col %lld: %g vs %g", (long long)r, (long long)j, got, o[j]);
+            }
+            o[j] = got; /* the softmax half reads the rounded output */
+            if (o[j] > mx) mx = o[j];
+        }
+        double s = 0;
+        for (int64_t j = 0; j < f; j++) s += exp(o[j] - mx);
+        for (int64_t j = 0; j < f; j++) {
+            const double sm = exp(o[j] - mx) / s;
+            const double thr = 1.0 / (double)f;
+            const double got = outv(b.out, dt, rows * f + r * f + j);
+            /* a predicate: only where sm is not within rounding of the threshold */
+            if (fabs(sm - thr) > 1e-5 * thr && got != (sm > thr ? 1.0 : 0.0)) {
+                bad++;
+                CHECK_MSG(0, "softmax > 1/f row %lld col %lld: %g (softmax %g)", (long long)r, (long long)j, got, sm);
+            }
+        }
+        free(o);
+    }
+    free(plain);
+    free(xf);
+    free(b.w);
+    free(x0);
+    free(b.x);
+    free(b.out);
+    free(b.arena);
+}
+
+/* Malformed plans: NK_INVALID and the failing step's index, for single steps and inside fused groups. */
+static void test_bad_plans(void) {
+    float arena[64], x[64], out[64];
+    memset(arena, 0, sizeof arena);
+    for (int i = 0; i < 64; i++) x[i] = (float)i;
+    void *bases[R_COUNT] = {arena, g_consts, x, x, out};
+    int64_t s44[2] = {4, 4}, st[2] = {4, 1}, s41[2] = {4, 1}, st1[2] = {1, 1}, s34[2] = {3, 4};
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    nkx_operand a = opd(R_ARENA, NK_F32, 0, 2, s44, st), xo = opd(R_X, NK_F32, 0, 2, s44, st);
+    nkx_operand o = opd(R_OUT, NK_F32, 0, 2, s44, st);
+    nkx_instr good = ins(NKX_BINARY, NK_ADD, 1.0, 0, 3, a, xo, xo);
+    nkx_instr p[4];
+    int64_t failed;
+    nk_status s;
+
+    /* a good two-step plan first: the harness itself works */
+    p[0] = good;
+    p[1] = ins(NKX_COPY, 0, 0.0, 0, 2, o, a, none);
+    failed = 7;
+    s = nkx_run(p, 2, bases, R_COUNT, &failed);
+    CHECK(s == NK_SUCCESS && failed == -1);
+    CHECK(out[5] == 10.0f && out[15] == 30.0f);
+
+    struct {
+        const char *what;
+        nkx_instr bad;
+    } cases[8];
+    int nc = 0;
+    nkx_instr t = good;
+    t.o[1].region = R_COUNT; /* past the base table */
+    cases[nc].what = "region past the bases", cases[nc++].bad = t;
+    t = good;
+    t.o[0].region = -1;
+    cases[nc].what = "negative region", cases[nc++].bad = t;
+    t = good;
+    t.o[2].ndim = NKX_MAX_DIMS + 1;
+    cases[nc].what = "too many dims", cases[nc++].bad = t;
+    t = good;
+    t.kind = NKX_KIND_COUNT + 3;
+    cases[nc].what = "unknown kind", cases[nc++].bad = t;
+    t = good;
+    t.nops = 0;
+    cases[nc].what = "no operands", cases[nc++].bad = t;
+    t = good;
+    t.o[1].dtype = -2;
+    cases[nc].what = "unknown dtype", cases[nc++].bad = t;
+    t = good;
+    t.o[2] = opd(R_X, NK_F32, 0, 2, s34, st); /* 3 x 4 beside 4 x 4 */
+    cases[nc].what = "operands of different shapes", cases[nc++].bad = t;
+    t = ins(NKX_GEMM, 0, 0.0, 0, 2, a, xo, none);
+    cases[nc].what = "a GEMM with two operands", cases[nc++].bad = t;
+    for (int c = 0; c < nc; c++) {
+        p[0] = good;
+        p[1] = cases[c].bad;
+        failed = 7;
+        s = nkx_run(p, 2, bases, R_COUNT, &failed);
+        CHECK_MSG(s == NK_INVALID && failed == 1, "%s: status %d at %lld", cases[c].what, (int)s, (long long)failed);
+        /* the same step inside a fused group */
+        fuse(p, 2, true);
+        failed = 7;
+        s = nkx_run(p, 2, bases, R_COUNT, &failed);
+        CHECK_MSG(s == NK_INVALID && failed == 1, "%s (fused): status %d at %lld", cases[c].what, (int)s,
+                  (long long)failed);
+    }
+
+    /* what only a fused group refuses: steps over different row counts, a reduce over the rows, a GEMM */
+    int64_t s24[2] = {2, 4}, s14[2] = {1, 4};
+    nkx_instr rows2 = ins(NKX_UNARY, NK_EXP, 0.0, 0, 2, opd(R_ARENA, NK_F32, 0, 2, s24, st),
+                          opd(R_X, NK_F32, 0, 2, s24, st), none);
+    nkx_instr red0 = ins(NKX_REDUCE, NK_REDUCE_SUM, 0.0, 1, 2, opd(R_ARENA, NK_F32, 0, 2, s14, st),
+                         opd(R_X, NK_F32, 0, 2, s44, st), none);
+    nkx_instr red_keep = ins(NKX_REDUCE, NK_REDUCE_SUM, 0.0, 0, 2, opd(R_ARENA, NK_F32, 0, 2, s41, st1),
+                             opd(R_X, NK_F32, 0, 2, s44, st), none);
+    nkx_instr gemm = ins(NKX_GEMM, 0, 0.0, 0, 3, a, xo, xo);
+    nkx_instr ints = good;
+    ints.o[0].dtype = NK_I32;
+    nkx_instr slot_big = good, slot_arg = good, slot_wide = good;
+    slot_big.o[0].pad = 1000;  /* no such scratch slot */
+    slot_arg.o[1].pad = 1;     /* scratch for an argument's memory */
+    slot_wide.o[0].pad = 1;    /* a row of 4 floats in a 2-float row stride */
+    slot_wide.o[0].strides[0] = 2;
+    const nkx_instr fused_bad[] = {rows2, red0, red_keep, gemm, ints, slot_big, slot_arg, slot_wide};
+    for (size_t c = 0; c < sizeof fused_bad / sizeof fused_bad[0]; c++) {
+        p[0] = good;
+        p[1] = fused_bad[c];
+        fuse(p, 2, true);
+        failed = 7;
+        s = nkx_run(p, 2, bases, R_COUNT, &failed);
+        CHECK_MSG(s == NK_INVALID && failed == 1, "fused case %zu: status %d at %lld", c, (int)s, (long long)failed);
+    }
+    /* an empty plan and a NULL failed_at are fine */
+    CHECK(nkx_run(p, 0, bases, R_COUNT, NULL) == NK_SUCCESS);
+    p[0] = good;
+    p[0].o[1].region = 99;
+    CHECK(nkx_run(p, 1, bases, R_COUNT, NULL) == NK_INVALID);
+}
+
+int main(void) {
+    nk_threads_set(2); /* large groups split their row blocks over the pool */
+    const int64_t shapes[][3] = {
+        /* rows, free, row padding of x */
+        {128, 1024, 0}, {7, 1000, 3}, {96, 33, 0}, {3, 1, 0}, {1, 17, 2}, {130, 257, 0}, {256, 1024, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        test_chain(shapes[i][0], shapes[i][1], NK_F32, shapes[i][2]);
+        test_chain(shapes[i][0], shapes[i][1], NK_BF16, shapes[i][2]);
+    }
+    test_bad_plans();
+    printf("test_nki_exec: %d checks, %d failures\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}
