@@ -164,6 +164,23 @@ def test_backward_graph_is_one_event_holding_its_kernels(tmp_path):
     assert avgs[host].count == 1 and avgs[host].device_time_total > 0
 
 
+def test_backward_alone_under_the_profiler_is_one_event(tmp_path):
+    # The forward ran before the profiler started: the backward is still one event holding its kernels.
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4)).to("neuron")
+    x = torch.randn(5, 16, device="neuron")
+    step = torch.compile(lambda t: model(t).square().sum(), backend="neuron")
+    step(x).backward()
+    loss = step(x)
+    with profile(activities=ACTIVITIES) as prof:
+        loss.backward()
+        torch.neuron.synchronize()
+    kernels = _kernels(_export(prof, tmp_path / "trace.json"))
+    graphs = [e for e in kernels if e["name"].startswith("[neuron graph]")]
+    assert len(graphs) == 1 and " backward of " in graphs[0]["name"], [e["name"] for e in graphs]
+    inside = [e["name"] for e in _inside(graphs[0], kernels)]
+    assert any(n.startswith("[neuron] aten::mm") for n in inside), inside
+
+
 @pytest.mark.skipif(torch.neuron.device_count() < 2, reason="needs two neuron cores")
 def test_events_carry_the_device_they_ran_on(tmp_path):
     a = torch.randn(24, 16, device="neuron:1")

@@ -370,11 +370,12 @@ def _in_graph_range(name: str, fn: Callable[..., Any], args: Sequence[Any], *cal
 def _profiled(compiled: Any, name: str, backward_name: str) -> Any:
     """The compiled function of a Dynamo graph as one event for torch.profiler: a record_function range on
     the CPU row and a "[neuron graph] ..." range on the row of the device it runs on, holding the kernels
-    it runs. With no profiler recording, a call costs one flag check more.
+    it runs. With no profiler recording, a call costs two flag checks more.
 
-    Its backward graph runs from the autograd engine, inside AOTAutograd's ``CompiledFunction``: the first
-    forward that runs under a profiler finds that class through its outputs' ``grad_fn`` and wraps its
-    backward the same way (from then on, for every later backward of this graph)."""
+    Its backward graph runs from the autograd engine, inside AOTAutograd's ``CompiledFunction``: a forward
+    finds that class through its outputs' ``grad_fn`` and wraps its backward the same way, once. The first
+    calls look for it (a graph first called under ``no_grad`` has no ``grad_fn`` yet); after three without
+    one, only calls under a profiler do, so an inference graph costs nothing more."""
     import functools
 
     from . import _C
@@ -383,13 +384,19 @@ def _profiled(compiled: Any, name: str, backward_name: str) -> Any:
         return compiled
     active = _C._prof_active
     backward_wrapped = False
+    tries = 3
 
     @functools.wraps(compiled)
     def run(*args: Any, **kwargs: Any) -> Any:
-        nonlocal backward_wrapped
-        if not active():
+        nonlocal backward_wrapped, tries
+        profiling = active()
+        if not profiling and (backward_wrapped or not tries):
             return compiled(*args, **kwargs)
-        out = _in_graph_range(name, lambda: compiled(*args, **kwargs), args)
+        if profiling:
+            out = _in_graph_range(name, lambda: compiled(*args, **kwargs), args)
+        else:
+            out = compiled(*args, **kwargs)
+            tries -= 1
         if not backward_wrapped:
             backward_wrapped = _profile_backward(out, backward_name)
         return out
