@@ -311,7 +311,8 @@ class Trace:
         self.recorded = True
 
     # -- operands
-    def opd(self, t, mask=None, write=False):
+    def opd(self, t, mask=None, write=False, box=None):
+        """t as an operand; box (from mask_box) restricts it to the elements a mask keeps."""
         if not isinstance(t, _core.NkiTensor):
             raise Unsupported(f"operand of type {type(t).__name__}")
         if mask is not None and not np.all(np.broadcast_to(np.asarray(mask, dtype=bool), t.shape)):
@@ -327,13 +328,42 @@ class Trace:
             raise Unsupported("memory outside the kernel's arguments and allocations")
         region, base = ent
         extra = _ptr(t.storage.flat) - base
+        if box is not None and len(box) != len(t.shape):
+            raise Unsupported(f"a mask of {len(box)} dims over a tile of {len(t.shape)}")
         if t.offsets is not None:
-            if t.oob is not None and t.oob.any():
+            offs, oob = t.offsets, t.oob
+            if box is not None:
+                offs = offs[box]
+                oob = oob[box] if oob is not None else None
+            if oob is not None and oob.any():
                 raise Unsupported("an index array out of bounds")
-            shape, strides, off = _affine(t.offsets)
+            shape, strides, off = _affine(offs)
         else:
             shape, strides, off = t.shape, t.strides, t.offset
+            if box is not None:
+                off += sum(b.start * st for b, st in zip(box, strides))
+                shape = tuple(b.stop - b.start for b in box)
         return Opd(region, _NK[name], shape, strides, extra + off * t.dtype.itemsize, name)
+
+    @staticmethod
+    def mask_box(t, mask):
+        """The slices of t a mask keeps when they form a box (a tail tile's rows < n, a column range): None for a
+        mask that keeps everything, () for one that keeps nothing; Unsupported otherwise."""
+        if mask is None:
+            return None
+        m = np.broadcast_to(np.asarray(mask, dtype=bool), t.shape)
+        if m.all():
+            return None
+        if not m.any():
+            return ()
+        box = []
+        for d in range(m.ndim):
+            idx = np.nonzero(m.any(axis=tuple(a for a in range(m.ndim) if a != d)))[0]
+            box.append(slice(int(idx[0]), int(idx[-1]) + 1))
+        box = tuple(box)
+        if not m[box].all():
+            raise Unsupported("a mask that is not a box of the tile")
+        return box
 
     def value_opd(self, x, shape):
         """A compute operand: a tile (broadcast to shape) or a scalar from the constant pool."""
@@ -347,8 +377,8 @@ class Trace:
         raise Unsupported(f"compute operand of type {type(x).__name__}")
 
     # -- steps
-    def fill(self, t, value):
-        d = self.opd(t, write=True)
+    def fill(self, t, value, box=None):
+        d = self.opd(t, write=True, box=box)
         if d.name in _FLOAT_NAMES or d.name == "float32":
             enc = t.dtype.encode(np.asarray(value))
             v = float(np.asarray(t.dtype.decode(enc)).reshape(-1)[0])
@@ -993,14 +1023,23 @@ def out_opd(tr, t, shape, mask=None):
 
 
 def rec_copy(tr, dst, src, mask=None):
-    d = tr.opd(dst, mask, write=True)
-    s = src if isinstance(src, Opd) else tr.opd(src)
+    box = tr.mask_box(dst, mask)
+    if box == ():  # the mask keeps nothing: no step
+        tr.recorded = True
+        return
+    if box is not None and (isinstance(src, Opd) or tuple(src.shape) != tuple(dst.shape)):
+        raise Unsupported("a masked copy between tiles of different shapes")
+    d = tr.opd(dst, write=True, box=box)
+    s = src if isinstance(src, Opd) else tr.opd(src, box=box)
     tr.copy(d, s)
 
 
 def rec_fill(tr, dst, value, mask=None):
-    tr.opd(dst, mask, write=True)  # checks the mask
-    tr.fill(dst, value)
+    box = tr.mask_box(dst, mask)
+    if box == ():
+        tr.recorded = True
+        return
+    tr.fill(dst, value, box)
 
 
 def rec_store(tr, dst, value, mask=None):
@@ -1072,7 +1111,7 @@ def rec_activation_reduce(tr, res, data, steps, rop, rres, mask=None):
 
 
 def rec_load(tr, t, src, mask=None):
-    """nl.load: a copy into the new tile (a mask that leaves elements out is not lowered: opd raises)."""
+    """nl.load: a copy into the new tile (of the box a mask keeps; the rest keeps the allocation's fill)."""
     rec_copy(tr, t, src, mask)
 
 

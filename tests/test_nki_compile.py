@@ -474,16 +474,60 @@ def test_nl_inplace_store_into_argument(monkeypatch):
     _same(x.cpu(), expect)
 
 
-def test_nl_partial_mask_falls_back(monkeypatch):
-    """A tail tile (rows < R leaves rows out) is not lowered: the signature stays interpreted, and right."""
+@pytest.mark.parametrize("shape", [(200, 64), (7, 130), (129, 33)])
+def test_nl_tail_tile_mask(monkeypatch, shape):
+    """A tail tile (mask rows < R) is lowered: the load and the store copy the box of rows the mask keeps, the
+    rest of the tile keeps its NaN fill through the row math, as in the interpreter."""
     dev = _dev()
-    x = _randn(200, 64, seed=48)
-    r1 = softmax_rows(x.to(dev)).cpu()
-    r2 = softmax_rows(x.to(dev)).cpu()
+    x = _randn(*shape, seed=48)
+    ref, out = both(softmax_rows, lambda: (x.to(dev),), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=4e-6, atol=1e-7)  # exp and the row sum, as test_nl_softmax
+    torch.testing.assert_close(out, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_nl_masked_columns_and_fill(monkeypatch):
+    """Masks over the free axis and a masked scalar store: boxes too."""
+    dev = _dev()
+
+    @nki.jit
+    def k(x):
+        P, F = x.shape
+        out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.mgrid[0:P, 0:F]
+        nl.store(out, 0.0)
+        t = nl.load(x[i.p, i.x], mask=(i.x < F - 3))  # the last 3 columns stay NaN in t
+        nl.store(out[i.p, i.x], value=nl.multiply(t, 2.0), mask=(i.x >= 2) & (i.x < F - 3))
+        nl.store(out[i.p, i.x], value=-1.0, mask=(i.p < 2))
+        return out
+
+    x = _randn(16, 40, seed=52)
+    ref, out = both(k, lambda: (x.to(dev),), monkeypatch)
+    _same(out, ref)
+    expect = torch.zeros(16, 40)
+    expect[:, 2:37] = x[:, 2:37] * 2
+    expect[:2] = -1
+    _same(out, expect)
+
+
+def test_nl_mask_not_a_box_falls_back(monkeypatch):
+    """A triangular mask is no box of the tile: that signature stays interpreted, and right."""
+    dev = _dev()
+
+    @nki.jit
+    def tri(x):
+        P, F = x.shape
+        out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.mgrid[0:P, 0:F]
+        nl.store(out, 0.0)
+        nl.store(out[i.p, i.x], value=nl.load(x), mask=(i.x <= i.p))
+        return out
+
+    x = _randn(8, 8, seed=53)
+    r1, r2 = tri(x.to(dev)).cpu(), tri(x.to(dev)).cpu()
     st = nki.compile_stats()
-    assert st["compiled_calls"] == 0 and len(st["fallbacks"]) == 1, st
+    assert st["compiled_calls"] == 0 and len(st["fallbacks"]) == 1 and "box" in str(st["fallbacks"]), st
     _same(r1, r2)
-    torch.testing.assert_close(r2, torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    _same(r2, torch.tril(x))
 
 
 def test_nl_older_idioms(monkeypatch):

@@ -194,7 +194,7 @@ static void nkx_serial_run(void *ctx_, int64_t b, int64_t e) {
  */
 #define NKX_FUSE_MAX 32         /* steps prepared at once; a longer group runs as consecutive groups */
 #define NKX_FUSE_ELEMS 2048     /* elements per row block of a group's widest step (8 KiB of fp32) */
-#define NKX_RUN 512             /* elements per call of a vector loop */
+#define NKX_RUN 2048            /* elements per call of a vector loop: a row block in one call */
 #define NKX_SLOTS 16            /* scratch tiles of one group */
 #define NKX_SCRATCH 65536       /* bytes of scratch tiles per worker (a group needing more uses the arena) */
 
