@@ -44,16 +44,36 @@ class NeuronDeviceOpOverrides(DeviceOpOverrides):
         return f"def {name}(_):\n    return 0\n"
 
     def set_device(self, device_idx: int) -> str:
-        return f"torch.neuron.set_device({device_idx})"
+        # Inductor writes this only right inside device_guard(), which has made the device current.
+        return ""
 
     def synchronize(self) -> str:
         return "torch.neuron.synchronize()"
 
     def device_guard(self, device_idx: int) -> str:
-        return f"torch.neuron.device({device_idx})"
+        return f"_neuron_device_guard({device_idx})"
 
     def cpp_kernel_type(self) -> str:
         return "void*"
+
+
+class _DeviceGuard:
+    """``torch.neuron.device(index)`` for generated code, which passes a valid index of an initialized
+    device: the runtime calls alone (0.3 us per graph call instead of 1.1 us)."""
+
+    __slots__ = ("index", "prev")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __enter__(self) -> None:
+        self.prev = _C._get_device()
+        if self.prev != self.index:
+            _C._set_device(self.index)
+
+    def __exit__(self, *exc) -> None:
+        if self.prev != self.index:
+            _C._set_device(self.prev)
 
 
 class _ProfiledKernel:
@@ -89,6 +109,7 @@ class NeuronWrapperCodegen(PythonWrapperCodegen):
         super().write_header()
         self.imports.writeline("from torch.autograd import profiler as _neuron_profiler")
         self.imports.writeline("from torch_neuronx._inductor import _ProfiledKernel as _neuron_kernel")
+        self.imports.writeline("from torch_neuronx._inductor import _DeviceGuard as _neuron_device_guard")
 
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, **kwargs):
         from torch._inductor.virtualized import V
@@ -159,8 +180,7 @@ def _treat_neuron_as_cpp_device() -> None:
 def _guard_neuron_device() -> None:
     """Inductor enters a device guard around a graph's code only for GPU devices; without it a graph of
     tensors on neuron:1 allocated its buffers on the current device (neuron:0) and an extern kernel then
-    mixed the two. The wrapper enters ``torch.neuron.device(i)`` for neuron too (about a microsecond per
-    call)."""
+    mixed the two. The wrapper enters a guard of the graph's device for neuron too (``_DeviceGuard``)."""
     from torch._inductor import scheduler
 
     base = scheduler.device_need_guard

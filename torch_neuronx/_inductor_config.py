@@ -10,7 +10,8 @@ import sys
 from torch.utils._config_module import install_config_module
 
 # Version of the Python wrapper code the neuron backend generates. 1: generated kernels run inside
-# profiler ranges while torch.profiler records. 2: the graph's code runs under a guard of its device.
-wrapper_version: int = 2
+# profiler ranges while torch.profiler records. 2: the graph's code runs under a guard of its device
+# (3: _DeviceGuard).
+wrapper_version: int = 3
 
 install_config_module(sys.modules[__name__])
