@@ -579,6 +579,42 @@ static int64_t nk_round32(int64_t x) {
     return (x + 31) & ~(int64_t)31;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/*
+ * The AMX path's exponentials, sums and bf16 probabilities in one pass: for rows r < rows of S (row
+ * stride ld, n columns, a multiple of 32), P[r][j] = bf16(exp(S[r][j] * rs[r] - m[r])) (rounded to
+ * nearest even) and sum[r] = the sum of the fp32 exponentials; a row whose m[r] is -inf becomes zeros.
+ * rs[r] is the softmax scale for a row not scaled yet (its maximum pass only read it) and 1 for one
+ * already scaled; the product is rounded before the subtraction, as a separate scaling pass rounds it.
+ * Separate passes (scale, exp, bf16) wrote S twice more and read it twice more: 2/3 of the time of a
+ * bf16 2k-token attention went to them.
+ */
+__attribute__((target("avx512f,avx512bw,avx512bf16"), optimize("fp-contract=fast"))) static void
+nk_rows_exp_sum_to_bf16(const float *S, int64_t ld, int64_t rows, int64_t n, const float *m, const float *rs,
+                        float *sum, uint16_t *P, int64_t ldp) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *s = S + r * ld;
+        uint16_t *p = P + r * ldp;
+        if (m[r] == -INFINITY) {
+            memset(p, 0, sizeof(uint16_t) * (size_t)n);
+            sum[r] = 0.f;
+            continue;
+        }
+        const nk_v16f mv = nk_vsplat_avx512(m[r]), sc = nk_vsplat_avx512(rs[r]);
+        nk_v16f acc = nk_vsplat_avx512(0.f);
+        for (int64_t j = 0; j < n; j += 32) {
+            nk_v16f t0 = NK_VLOAD(s + j) * sc, t1 = NK_VLOAD(s + j + 16) * sc;
+            __asm__("" : "+v"(t0), "+v"(t1)); /* no fused multiply-subtract: the scaled score is rounded */
+            const nk_v16f e0 = nk_vexp_avx512(t0 - mv), e1 = nk_vexp_avx512(t1 - mv);
+            acc += e0;
+            acc += e1;
+            _mm512_storeu_si512((void *)(p + j), (__m512i)_mm512_cvtne2ps_pbh((__m512)e1, (__m512)e0));
+        }
+        sum[r] = nk_vhsum_avx512(acc);
+    }
+}
+#endif
+
 static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
     const nk_sdpa_args *a = c->a;
@@ -592,7 +628,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     float **const bufs[] = {&Qf, &Kf, &Vf, &Pf, &Nf, &S, &O, &tmp};
     const size_t sizes[] = {(size_t)(BQ * Dk / 2), (size_t)(nkb * BK * Dk / 2), (size_t)(nkb * Dv32 * BK / 2),
                             (size_t)(BQ * BK / 2), (size_t)(2 * nkb), (size_t)(BQ * BK), (size_t)(BQ * Dv32),
-                            (size_t)(2 * BK + 5 * BQ)};
+                            (size_t)(2 * BK + 6 * BQ)};
     if (!nk_attn_carve(bufs, sizes, 8) || !nk_amx_session_begin()) {
         atomic_store(&c->failed, 1);
         return;
@@ -601,9 +637,17 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     int64_t *packed_nk = (int64_t *)Nf;
     int64_t packed_b = -1, packed_hk = -1;
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ, *mnew = lrow + BQ, *alpha = mnew + BQ;
-    float *sum = alpha + BQ;
+    float *sum = alpha + BQ, *rs = sum + BQ;
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
     const float scale = (float)a->scale;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    /* One pass from scores to bf16 probabilities (every AMX CPU has AVX512-BF16); dropout scales the
+     * fp32 probabilities between the two, and a scale that is not positive would not commute with the
+     * maximum. */
+    const bool fused = a->dropout_p <= 0.0 && scale > 0.f;
+#else
+    const bool fused = false;
+#endif
     for (int64_t t = begin; t < end; t++) {
         const int64_t b = t / (c->Hq * c->nqb), h = (t / c->nqb) % c->Hq, q0 = (t % c->nqb) * BQ;
         const int64_t hk = h / c->group;
@@ -643,15 +687,29 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
              * all rows in one call, then the running sums, rescaled outputs and bf16 probabilities. */
             for (int64_t i = 0; i < mq; i++) {
                 float *s = S + i * BK;
-                float mx = simd->row_scale_max(s, nkp, scale);
-                if (a->mask != NULL || nk < nkp || (a->causal && k0 + nk > q0 + i + 1)) {
-                    nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
-                    mx = simd->row_max(s, nkp);
+                const bool masked = a->mask != NULL || nk < nkp || (a->causal && k0 + nk > q0 + i + 1);
+                float mx;
+                if (fused && !masked) {
+                    /* Rounding is monotonic: the largest scaled score is the scaled largest score. */
+                    mx = simd->row_max(s, nkp) * scale;
+                    rs[i] = scale;
+                } else {
+                    mx = simd->row_scale_max(s, nkp, scale);
+                    rs[i] = 1.f;
+                    if (masked) {
+                        nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
+                        mx = simd->row_max(s, nkp);
+                    }
                 }
                 mnew[i] = mx > mrow[i] ? mx : mrow[i];
             }
             simd->vec_exp_diff(mrow, mnew, alpha, nk_round16(mq));
-            simd->rows_exp_sum(S, BK, mq, nkp, mnew, sum);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+            if (fused)
+                nk_rows_exp_sum_to_bf16(S, BK, mq, nkp, mnew, rs, sum, Pa, BK);
+            else
+#endif
+                simd->rows_exp_sum(S, BK, mq, nkp, mnew, sum);
             for (int64_t i = 0; i < mq; i++) {
                 float *s = S + i * BK;
                 uint16_t *p = Pa + i * BK;
@@ -670,7 +728,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
                     nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
                     for (int64_t j = 0; j < nk; j++) s[j] *= z[j];
                 }
-                nk_amx_row_to_bf16(s, nkp, p);
+                if (!fused) nk_amx_row_to_bf16(s, nkp, p);
             }
             nk_amx_matmul(mp, Dv32, nkp, Pa, BK, Vp, O, Dv32, true);
         }
