@@ -28,11 +28,11 @@ import numpy as np
 from . import _core
 
 # nk_dtype codes (neuron_kernels.h)
-_NK = {"uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6, "bfloat16": 7, "float32": 8,
+_NK = {"bool_": 0, "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6, "bfloat16": 7, "float32": 8,
        "uint16": 10, "uint32": 11}
 _F32 = 8
 _FLOAT_NAMES = ("float32", "bfloat16", "float16")
-FILL, COPY, UNARY, BINARY, GEMM, REDUCE = range(6)
+FILL, COPY, UNARY, BINARY, GEMM, REDUCE, COPY_IF = range(7)
 _UNARY = {"negative": 0, "abs": 1, "exp": 2, "log": 3, "sqrt": 4, "rsqrt": 5, "reciprocal": 6, "sin": 7, "cos": 8,
           "tanh": 9, "sigmoid": 10, "silu": 11, "gelu": 12, "gelu_apprx_tanh": 13, "relu": 14}
 _BINARY = {"add": (0, 1.0), "subtract": (0, -1.0), "multiply": (1, 1.0), "divide": (2, 1.0), "equal": (5, 1.0),
@@ -303,6 +303,17 @@ class Trace:
             self.consts.append(v)
         return Opd(0, _F32, shape, (0,) * len(shape), 4 * i, "const")
 
+    def const_tile(self, vals):
+        """A tile of trace-time values (an iota, a select's index predicate) in the constant pool, as fp32:
+        values fp32 does not hold exactly are Unsupported."""
+        v = np.asarray(vals, dtype=np.float64)
+        f = v.astype(np.float32)
+        if not np.array_equal(f.astype(np.float64), v, equal_nan=True):
+            raise Unsupported("a constant tile fp32 does not hold exactly")
+        off = 4 * len(self.consts)
+        self.consts.extend(float(x) for x in f.reshape(-1))
+        return Opd(0, _F32, v.shape, _contig(v.shape), off, "const")
+
     def emit(self, kind, ops, op=0, value=0.0, flags=0):
         for o in ops:
             if len(o.shape) > MAX_DIMS:
@@ -486,7 +497,7 @@ class Trace:
 def _reads(step):
     kind, _, _, flags, ops = step
     r = list(ops[1:])
-    if kind == GEMM and flags & 1:
+    if (kind == GEMM and flags & 1) or kind == COPY_IF:
         r.append(ops[0])
     return r
 
@@ -1108,6 +1119,52 @@ def rec_activation_reduce(tr, res, data, steps, rop, rres, mask=None):
     tr.apply(getattr(nl, {"add": "add", "sum": "add", "max": "maximum", "maximum": "maximum", "min": "minimum",
                           "minimum": "minimum"}[name]), tr.opd(rres, write=True).reshape(keep),
              [tr.const(0.0, keep), red])
+
+
+def rec_const(tr, t):
+    """t now holds values fixed at trace time (an iota): a copy from the constant pool."""
+    d = tr.opd(t, write=True)
+    tr.emit(COPY, [d, tr.const_tile(np.asarray(t.dtype.decode(t.raw()), dtype=np.float64).reshape(d.shape))])
+
+
+def _select_operand(tr, v, shape, pred=False):
+    if isinstance(v, _core.NkiTensor):
+        o = tr.opd(v)
+        o = o.reshape(shape) if int(np.prod(o.shape, dtype=np.int64)) == int(np.prod(shape, dtype=np.int64)) \
+            else o.broadcast(shape)
+        if not pred:
+            _float_srcs([o])
+        return o
+    a = np.asarray(v)
+    if pred:  # an index expression: its truth values, fixed at trace time
+        return tr.const_tile(np.broadcast_to(a != 0, shape).astype(np.float64))
+    if a.ndim == 0 and np.issubdtype(a.dtype, np.number):
+        if float(np.float32(a)) != float(a) and not np.isnan(a):
+            raise Unsupported("a select value fp32 does not hold exactly")
+        return tr.const(float(a), shape)
+    raise Unsupported(f"a select operand of type {type(v).__name__}")
+
+
+def rec_select(tr, res, pred, on_true, on_false, mask=None):
+    """res = where(pred != 0, on_true, on_false), each side rounded once to res's dtype: the false side copied,
+    then the true side copied where pred holds (nki_exec.c: NKX_COPY_IF)."""
+    if tr.mask_box(res, mask) is not None:
+        raise Unsupported("a masked select")
+    d = tr.opd(res, write=True)
+    if d.name not in _FLOAT_NAMES:
+        raise Unsupported(f"a select into {d.name}")
+    shape = d.shape
+    p = _select_operand(tr, pred, shape, pred=True)
+    t = _select_operand(tr, on_true, shape)
+    f = _select_operand(tr, on_false, shape)
+    target = d
+    if any(_overlap(d, o, tr.regions) and not (o.region == 0) for o in (p, t, f)) or \
+            any(o.region == d.region and o.region != 0 for o in (p, t, f)):
+        target = tr.temp(shape, d.name)  # the sources must be read before the destination is written
+    tr.copy(target, f)
+    tr.emit(COPY_IF, [target, p, t])
+    if target is not d:
+        tr.copy(d, target)
 
 
 def rec_load(tr, t, src, mask=None):

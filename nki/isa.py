@@ -512,6 +512,7 @@ def _pattern_values(pattern, offset, channel_multiplier, p):
     return vals  # (p, prod(nums))
 
 
+@_compile.instr
 def iota(*args, **kw):
     is_new = (args and _is_tensor(args[0])) or "dst" in kw
     b = _bind(args, kw, ("dst", "pattern", "offset", "channel_multiplier"), ("expr", "dtype", "mask"), is_new)
@@ -519,16 +520,20 @@ def iota(*args, **kw):
         v = np.asarray(b["expr"])
         if v.ndim < 2:
             v = v.reshape(1, -1) if v.ndim == 1 else v.reshape(1, 1)
-        return nl._new_tile(v, b.get("dtype") or _core.int32)
+        t = nl._new_tile(v, b.get("dtype") or _core.int32)
+        _compile.record(_compile.rec_const, t)
+        return t
     dst = _onchip(b["dst"], "dst", "iota", ("sbuf",))
     vals = _pattern_values(b["pattern"], b.get("offset", 0), b.get("channel_multiplier", 0), dst.shape[0])
     if vals.size != dst.size:
         raise error(f"nisa.iota: the pattern has {vals.shape[1]} elements per partition, dst has "
                     f"{dst.size // max(dst.shape[0], 1)}")
     dst.write(vals.reshape(dst.shape).astype(np.float64) if dst.dtype.is_float else vals.reshape(dst.shape))
+    _compile.record(_compile.rec_const, dst)  # the values depend on the arguments only through their shapes
     return dst
 
 
+@_compile.instr
 def affine_select(*args, **kw):
     is_new = (args and _is_tensor(args[0])) or "dst" in kw
     b = _bind(args, kw, ("dst", "pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op",
@@ -544,12 +549,18 @@ def affine_select(*args, **kw):
         if pred.size != on_true.size:
             raise error("nisa.affine_select: the pattern does not cover on_true_tile")
         res = np.where(pred.reshape(on_true.shape), t, np.float32(b["on_false_value"]))
-        return _out(dst, res, dst.dtype, "affine_select")
+        out = _out(dst, res, dst.dtype, "affine_select")
+        _compile.record(_compile.rec_select, out, pred.reshape(on_true.shape), on_true,
+                        np.float32(b["on_false_value"]))
+        return out
     pred = np.broadcast_to(np.asarray(b["pred"]) != 0, on_true.shape)
     res = np.where(pred, t, np.float32(b["on_false_value"]))
-    return nl._new_tile(res, b.get("dtype") or on_true.dtype, mask=b.get("mask"))
+    out = nl._new_tile(res, b.get("dtype") or on_true.dtype, mask=b.get("mask"))
+    _compile.record(_compile.rec_select, out, pred, on_true, np.float32(b["on_false_value"]), b.get("mask"))
+    return out
 
 
+@_compile.instr
 def select(*args, **kw):
     """``dst = where(predicate, on_true, on_false)`` (predicate: a tile or an index expression)."""
     is_new = (len(args) >= 4) or "dst" in kw
@@ -561,8 +572,10 @@ def select(*args, **kw):
     tv = nl._values(ot)
     fv = nl._values(b["on_false"])
     res = np.where(pred, tv, fv)
-    return _out(b.get("dst"), res, b.get("dtype") or nl._result_dtype(None, ot, b["on_false"]), "select",
-                mask=b.get("mask"))
+    out = _out(b.get("dst"), res, b.get("dtype") or nl._result_dtype(None, ot, b["on_false"]), "select",
+               mask=b.get("mask"))
+    _compile.record(_compile.rec_select, out, pr, ot, b["on_false"], b.get("mask"))
+    return out
 
 
 def tensor_copy_predicated(*args, **kw):

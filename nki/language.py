@@ -516,9 +516,12 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, **kw)
     return _new_tile(v / np.sqrt(ms + np.float32(epsilon)) * _values(w), _result_dtype(dtype, x))
 
 
+@_compile.instr
 def where(condition, x, y, dtype=None, mask=None, **kw):
     c = np.asarray(_values(condition)) != 0
-    return _new_tile(np.where(c, _values(x), _values(y)), _result_dtype(dtype, x, y))
+    t = _new_tile(np.where(c, _values(x), _values(y)), _result_dtype(dtype, x, y))
+    _compile.record(_compile.rec_select, t, condition, x, y)
+    return t
 
 
 @_compile.instr

@@ -319,21 +319,79 @@ def test_unlowerable_kernel_falls_back(monkeypatch):
     dev = _dev()
 
     @nki.jit
-    def iota_kernel(x):
-        out = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.shared_hbm)
-        io = nl.ndarray((128, 16), dtype=nl.int32, buffer=nl.sbuf)
-        nisa.iota(dst=io, pattern=[[1, 16]], offset=3, channel_multiplier=100)
-        nisa.dma_copy(dst=out, src=io)
+    def int_math(x):
+        out = nl.ndarray(x.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, nl.add(t, t))  # integer arithmetic has no lowering
         return out
 
-    x = torch.zeros(1, device=dev)
-    r1, r2 = iota_kernel(x).cpu(), iota_kernel(x).cpu()
+    x = torch.arange(-64, 64, dtype=torch.int32).reshape(8, 16).to(dev)
+    r1, r2 = int_math(x).cpu(), int_math(x).cpu()
     st = nki.compile_stats()
     assert st["compiled_calls"] == 0 and st["interpreted_calls"] == 2 and len(st["fallbacks"]) == 1, st
     assert "test_nki_compile.py:" in st["fallbacks"][0][1], st["fallbacks"]
-    ref = torch.from_numpy((3 + 100 * np.arange(128)[:, None] + np.arange(16)[None, :]).astype(np.int32))
-    _same(r1, ref)
-    _same(r2, ref)
+    _same(r1, x.cpu() * 2)
+    _same(r2, x.cpu() * 2)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "bfloat16"])
+def test_iota_replays(monkeypatch, dtype):
+    """nisa.iota (both forms): values fixed by the shapes, replayed as a copy from the constant pool."""
+    dev = _dev()
+
+    @nki.jit
+    def iota_kernel(x):
+        out = nl.ndarray((128, 16), dtype=getattr(nl, dtype), buffer=nl.shared_hbm)
+        io = nl.ndarray((128, 16), dtype=getattr(nl, dtype), buffer=nl.sbuf)
+        nisa.iota(dst=io, pattern=[[1, 16]], offset=3, channel_multiplier=100)
+        nisa.dma_copy(dst=out, src=io)
+        old = nl.ndarray((4, 16), dtype=nl.int32, buffer=nl.shared_hbm)
+        i = nl.mgrid[0:4, 0:16]
+        nl.store(old, nisa.iota(i.p * 16 + i.x, dtype=nl.int32))
+        return out, old
+
+    ref, out = both(iota_kernel, lambda: (torch.zeros(1, device=dev),), monkeypatch)
+    _same(out, ref)
+    expect = torch.from_numpy((3 + 100 * np.arange(128)[:, None] + np.arange(16)[None, :]).astype(np.int32))
+    _same(out[0], expect.to(out[0].dtype))
+    _same(out[1], torch.arange(64, dtype=torch.int32).reshape(4, 16))
+
+
+def test_select_where_affine_select_replay(monkeypatch):
+    """nisa.select (tile predicate), nl.where (a comparison tile and a scalar side), nisa.affine_select (a causal
+    mask from an affine pattern, new and older forms): the false side copied, the true side copied where the
+    predicate holds; bitwise the interpreter's."""
+    dev = _dev()
+
+    @nki.jit
+    def sel(x, y):
+        P, F = x.shape
+        out = nl.ndarray((4, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        a = nl.load(x)
+        b = nl.load(y)
+        p = nl.greater(a, b)
+        s = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.select(dst=s, predicate=p, on_true=a, on_false=b)
+        nl.store(out[0], s)
+        nl.store(out[1], nl.where(p, a, -1.5))
+        c = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.affine_select(dst=c, pattern=[[-1, F]], channel_multiplier=1, on_true_tile=a,
+                           on_false_value=-9984.0, cmp_op=nl.greater_equal)
+        nl.store(out[2], c)
+        i = nl.mgrid[0:P, 0:F]
+        nl.store(out[3], nisa.affine_select(i.p - i.x >= 0, a, -9984.0))
+        return out
+
+    for dt in (torch.float32, torch.bfloat16):
+        x, y = _randn(64, 64, seed=54, dtype=dt), _randn(64, 64, seed=55, dtype=dt)
+        ref, out = both(sel, lambda: (x.to(dev), y.to(dev)), monkeypatch)
+        _same(out, ref)
+        _same(out[0], torch.maximum(x, y))
+        _same(out[1], torch.where(x > y, x, torch.tensor(-1.5, dtype=dt)))
+        causal = torch.where(torch.ones(64, 64, dtype=torch.bool).tril(), x, torch.tensor(-9984.0, dtype=dt))
+        _same(out[2], causal)
+        _same(out[3], causal)
+        nki.reset_compile_cache()
 
 
 def test_threads_different_shapes(monkeypatch):

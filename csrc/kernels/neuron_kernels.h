@@ -471,6 +471,7 @@ typedef enum nkx_kind {
     NKX_BINARY,      /* o0 = op(o1, o2), op an nk_binary_op (NK_ADD with alpha = value), computed in fp32 */
     NKX_GEMM,        /* o0 [M, N] f32 = (flags & 1 ? o0 : 0) + o1 [M, K] @ o2 [K, N], all f32 */
     NKX_REDUCE,      /* o0 (o1's ndim, 1 in reduced dims) = op(o1) over the dims of bitmask flags */
+    NKX_COPY_IF,     /* o0 = o1 != 0 ? (o0 dtype) o2 : o0, same sizes (select, where: o0 holds the false side) */
     NKX_KIND_COUNT
 } nkx_kind;
 

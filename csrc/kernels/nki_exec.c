@@ -83,6 +83,63 @@ static nk_status nkx_ew(nk_ew_iter *it, const nk_tensor *ts, int nops) {
     return NK_SUCCESS;
 }
 
+/* A condition element: nonzero (NaN included, as numpy's != 0). */
+static bool nkx_nonzero(const char *p, nk_dtype t) {
+    switch (t) {
+    case NK_BOOL:
+    case NK_U8:
+    case NK_I8: return *(const uint8_t *)p != 0;
+    case NK_I16:
+    case NK_U16:
+    case NK_F16: return (*(const uint16_t *)p & (t == NK_F16 ? 0x7FFFu : 0xFFFFu)) != 0;
+    case NK_BF16: return (*(const uint16_t *)p & 0x7FFFu) != 0;
+    case NK_I32:
+    case NK_U32: return *(const uint32_t *)p != 0;
+    case NK_F32: return *(const float *)p != 0.0f || *(const float *)p != *(const float *)p;
+    case NK_I64: return *(const int64_t *)p != 0;
+    case NK_F64: return *(const double *)p != 0.0 || *(const double *)p != *(const double *)p;
+    default: return false;
+    }
+}
+
+/* select / where / affine_select: element by element (kernels use them on masks and small tiles). */
+static nk_status nkx_copy_if(const nkx_instr *in, void *const *bases, int64_t nbases) {
+    if (in->nops != 3) return NK_INVALID;
+    nk_tensor t[3];
+    for (int k = 0; k < 3; k++) {
+        const nk_status s = nkx_tensor(&in->o[k], bases, nbases, &t[k]);
+        if (s != NK_SUCCESS) return s;
+        if (t[k].ndim != t[0].ndim) return NK_INVALID;
+        for (int32_t d = 0; d < t[0].ndim; d++)
+            if (t[k].sizes[d] != t[0].sizes[d] || t[k].sizes[d] < 0) return NK_INVALID;
+    }
+    const nk_dtype d0 = t[0].dtype, d2 = t[2].dtype;
+    const bool fl0 = d0 == NK_F32 || d0 == NK_BF16 || d0 == NK_F16, fl2 = d2 == NK_F32 || d2 == NK_BF16 || d2 == NK_F16;
+    if (!(fl0 && fl2) && d0 != d2) return NK_INVALID;
+    int64_t n = 1;
+    for (int32_t d = 0; d < t[0].ndim; d++) n *= t[0].sizes[d];
+    int64_t es[3], idx[NK_MAX_DIMS] = {0};
+    for (int k = 0; k < 3; k++) es[k] = (int64_t)nk_dtype_size(t[k].dtype);
+    for (int64_t i = 0; i < n; i++) {
+        char *p[3];
+        for (int k = 0; k < 3; k++) {
+            p[k] = (char *)t[k].data;
+            for (int32_t d = 0; d < t[0].ndim; d++) p[k] += idx[d] * t[k].strides[d] * es[k];
+        }
+        if (nkx_nonzero(p[1], t[1].dtype)) {
+            if (d0 == d2)
+                memcpy(p[0], p[2], (size_t)es[0]);
+            else
+                nk_store_f32(p[0], d0, nk_load_f32(p[2], d2));
+        }
+        for (int32_t d = t[0].ndim - 1; d >= 0; d--) {
+            if (++idx[d] < t[0].sizes[d]) break;
+            idx[d] = 0;
+        }
+    }
+    return NK_SUCCESS;
+}
+
 static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbases) {
     nk_tensor t[3];
     if (in->nops < 1 || in->nops > 3) return NK_INVALID;
@@ -118,6 +175,8 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
     case NKX_GEMM:
         if (in->nops != 3) return NK_INVALID;
         return nk_gemm(&t[0], &t[1], &t[2], NULL, 1.0, (in->flags & 1) ? 1.0 : 0.0);
+    case NKX_COPY_IF:
+        return nkx_copy_if(in, bases, nbases);
     case NKX_REDUCE:
         if (in->nops != 2) return NK_INVALID;
         return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)(in->flags & ~NKX_FUSE_NEXT), (nk_reduce_op)in->op);

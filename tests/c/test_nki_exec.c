@@ -337,6 +337,21 @@ static void test_bad_plans(void) {
         s = nkx_run(p, 2, bases, R_COUNT, &failed);
         CHECK_MSG(s == NK_INVALID && failed == 1, "fused case %zu: status %d at %lld", c, (int)s, (long long)failed);
     }
+    /* NKX_COPY_IF: out keeps its value where the condition is 0 (x[0]), takes on_true elsewhere; NaN counts as
+     * true; an integer destination from a float source is refused */
+    for (int i = 0; i < 16; i++) out[i] = -1.0f;
+    float cond[16];
+    for (int i = 0; i < 16; i++) cond[i] = (float)(i % 3);
+    cond[4] = NAN;
+    void *cbases[R_COUNT] = {arena, g_consts, x, cond, out};
+    p[0] = ins(NKX_COPY_IF, 0, 0.0, 0, 3, o, opd(R_W, NK_F32, 0, 2, s44, st), xo);
+    CHECK(nkx_run(p, 1, cbases, R_COUNT, NULL) == NK_SUCCESS);
+    int wrong = 0;
+    for (int i = 0; i < 16; i++) wrong += out[i] != ((i % 3 || i == 4) ? (float)i : -1.0f);
+    CHECK_MSG(wrong == 0, "copy_if: %d elements wrong", wrong);
+    p[0].o[0].dtype = NK_I32;
+    failed = 7;
+    CHECK(nkx_run(p, 1, cbases, R_COUNT, &failed) == NK_INVALID && failed == 0);
     /* an empty plan and a NULL failed_at are fine */
     CHECK(nkx_run(p, 0, bases, R_COUNT, NULL) == NK_SUCCESS);
     p[0] = good;
