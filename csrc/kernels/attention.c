@@ -583,7 +583,8 @@ static int64_t nk_round32(int64_t x) {
 /*
  * The AMX path's exponentials, sums and bf16 probabilities in one pass: for rows r < rows of S (row
  * stride ld, n columns, a multiple of 32), P[r][j] = bf16(exp(S[r][j] * rs[r] - m[r])) (rounded to
- * nearest even) and sum[r] = the sum of the fp32 exponentials; a row whose m[r] is -inf becomes zeros.
+ * nearest even) for j < lim[r] (a multiple of 32; columns past it are masked: zeros) and sum[r] = the
+ * sum of the fp32 exponentials; a row whose m[r] is -inf becomes zeros.
  * rs[r] is the softmax scale for a row not scaled yet (its maximum pass only read it) and 1 for one
  * already scaled; the product is rounded before the subtraction, as a separate scaling pass rounds it.
  * Separate passes (scale, exp, bf16) wrote S twice more and read it twice more: 2/3 of the time of a
@@ -591,7 +592,7 @@ static int64_t nk_round32(int64_t x) {
  */
 __attribute__((target("avx512f,avx512bw,avx512bf16"), optimize("fp-contract=fast"))) static void
 nk_rows_exp_sum_to_bf16(const float *S, int64_t ld, int64_t rows, int64_t n, const float *m, const float *rs,
-                        float *sum, uint16_t *P, int64_t ldp) {
+                        const int64_t *lim, float *sum, uint16_t *P, int64_t ldp) {
     for (int64_t r = 0; r < rows; r++) {
         const float *s = S + r * ld;
         uint16_t *p = P + r * ldp;
@@ -600,9 +601,10 @@ nk_rows_exp_sum_to_bf16(const float *S, int64_t ld, int64_t rows, int64_t n, con
             sum[r] = 0.f;
             continue;
         }
+        memset(p + lim[r], 0, sizeof(uint16_t) * (size_t)(n - lim[r]));
         const nk_v16f mv = nk_vsplat_avx512(m[r]), sc = nk_vsplat_avx512(rs[r]);
         nk_v16f acc = nk_vsplat_avx512(0.f);
-        for (int64_t j = 0; j < n; j += 32) {
+        for (int64_t j = 0; j < lim[r]; j += 32) {
             nk_v16f t0 = NK_VLOAD(s + j) * sc, t1 = NK_VLOAD(s + j + 16) * sc;
             __asm__("" : "+v"(t0), "+v"(t1)); /* no fused multiply-subtract: the scaled score is rounded */
             const nk_v16f e0 = nk_vexp_avx512(t0 - mv), e1 = nk_vexp_avx512(t1 - mv);
@@ -628,7 +630,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     float **const bufs[] = {&Qf, &Kf, &Vf, &Pf, &Nf, &S, &O, &tmp};
     const size_t sizes[] = {(size_t)(BQ * Dk / 2), (size_t)(nkb * BK * Dk / 2), (size_t)(nkb * Dv32 * BK / 2),
                             (size_t)(BQ * BK / 2), (size_t)(2 * nkb), (size_t)(BQ * BK), (size_t)(BQ * Dv32),
-                            (size_t)(2 * BK + 6 * BQ)};
+                            (size_t)(2 * BK + 8 * BQ)};
     if (!nk_attn_carve(bufs, sizes, 8) || !nk_amx_session_begin()) {
         atomic_store(&c->failed, 1);
         return;
@@ -638,6 +640,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
     int64_t packed_b = -1, packed_hk = -1;
     float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ, *mnew = lrow + BQ, *alpha = mnew + BQ;
     float *sum = alpha + BQ, *rs = sum + BQ;
+    int64_t *lim = (int64_t *)(rs + BQ);
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
     const float scale = (float)a->scale;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -689,9 +692,19 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
                 float *s = S + i * BK;
                 const bool masked = a->mask != NULL || nk < nkp || (a->causal && k0 + nk > q0 + i + 1);
                 float mx;
+                lim[i] = nkp;
                 if (fused && !masked) {
                     /* Rounding is monotonic: the largest scaled score is the scaled largest score. */
                     mx = simd->row_max(s, nkp) * scale;
+                    rs[i] = scale;
+                } else if (fused && a->mask == NULL) {
+                    /* Causal (or past the last key) only: the row's keys end at nv. Its maximum and
+                     * exponentials cover whole vectors up to there, the rest of the block is zeros. */
+                    int64_t nv = a->causal ? q0 + i + 1 - k0 : nk;
+                    nv = nv < 0 ? 0 : (nv > nk ? nk : nv);
+                    lim[i] = nk_round32(nv);
+                    for (int64_t j = nv; j < lim[i]; j++) s[j] = -INFINITY;
+                    mx = nv > 0 ? simd->row_max(s, nk_round16(nv)) * scale : -INFINITY;
                     rs[i] = scale;
                 } else {
                     mx = simd->row_scale_max(s, nkp, scale);
@@ -706,7 +719,7 @@ static void nk_sdpa_fwd_amx_range(void *ctx, int64_t begin, int64_t end) {
             simd->vec_exp_diff(mrow, mnew, alpha, nk_round16(mq));
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
             if (fused)
-                nk_rows_exp_sum_to_bf16(S, BK, mq, nkp, mnew, rs, sum, Pa, BK);
+                nk_rows_exp_sum_to_bf16(S, BK, mq, nkp, mnew, rs, lim, sum, Pa, BK);
             else
 #endif
                 simd->rows_exp_sum(S, BK, mq, nkp, mnew, sum);
