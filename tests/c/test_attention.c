@@ -225,6 +225,9 @@ int main(void) {
         {1, 2, 1, 66, 66, 96, 96, false, 1, 0.0, NK_BF16},   /* float mask with -inf, broadcast */
         {1, 2, 2, 20, 9, 24, 24, true, 0, 0.0, NK_BF16},     /* causal with Lq > Lk */
         {1, 2, 2, 19, 20, 16, 16, true, 1, 0.3, NK_BF16},    /* dropout + mask + causal */
+        /* causal over several 256-key blocks with a partial last one: rows cut short inside a block */
+        {1, 2, 1, 600, 600, 64, 64, true, 0, 0.0, NK_BF16},
+        {1, 1, 1, 300, 530, 32, 32, true, 0, 0.0, NK_BF16},  /* Lk > Lq: later keys past every row */
         {1, 2, 2, 5, 40, 128, 128, false, 2, 0.0, NK_F16},
         {1, 1, 1, 4, 0, 8, 8, false, 0, 0.0, NK_F32},          /* no keys */
         {1, 1, 1, 0, 5, 8, 8, false, 0, 0.0, NK_F32},          /* no queries */
