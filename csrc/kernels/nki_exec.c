@@ -196,15 +196,30 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
 #define NKX_PARALLEL_ELEMS ((int64_t)1 << 18)
 #define NKX_PARALLEL_MACS ((int64_t)1 << 23)
 
-static bool nkx_large(const nkx_instr *in) {
+/* Work of an element-wise step or reduce, in adds. */
+static int64_t nkx_work(const nkx_instr *in) {
     const nkx_operand *o = &in->o[in->kind == NKX_REDUCE && in->nops > 1 ? 1 : 0];
     int64_t n = 1;
     for (int32_t d = 0; d < o->ndim && d < NKX_MAX_DIMS; d++) n *= o->sizes[d];
-    if (in->kind == NKX_GEMM && in->nops == 3 && in->o[1].ndim == 2)
-        return n * in->o[1].sizes[1] >= NKX_PARALLEL_MACS;
     if (in->kind == NKX_UNARY)  /* exp, tanh, ...: ~8x the work of an add per element */
         n *= 8;
-    return n >= NKX_PARALLEL_ELEMS;
+    return n;
+}
+
+static bool nkx_large(const nkx_instr *in) {
+    if (in->kind == NKX_GEMM && in->nops == 3 && in->o[1].ndim == 2 && in->o[0].ndim >= 1)
+        return nkx_work(in) * in->o[1].sizes[1] >= NKX_PARALLEL_MACS;
+    return nkx_work(in) >= NKX_PARALLEL_ELEMS;
+}
+
+/* A fused group is one pass: its steps' work adds up (an rmsnorm tile's four [128, 1024] steps go parallel). */
+static bool nkx_group_large(const nkx_instr *ins, int64_t n) {
+    int64_t w = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (nkx_large(&ins[k])) return true;
+        w += nkx_work(&ins[k]);
+    }
+    return w >= NKX_PARALLEL_ELEMS;
 }
 
 static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner,
@@ -657,9 +672,8 @@ static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, 
         }
         const int64_t rows = gi[0].o[0].sizes[0];
         int64_t per_row = 1;
-        bool large = false;
+        const bool large = nkx_group_large(gi, m);
         for (int64_t k = 0; k < m; k++) {
-            large = large || nkx_large(&gi[k]);
             for (int32_t q = 0; q < gi[k].nops && q < 3; q++) {
                 int64_t e = 1;
                 for (int32_t d = 1; d < gi[k].o[q].ndim && d < NKX_MAX_DIMS; d++) e *= gi[k].o[q].sizes[d];
@@ -707,9 +721,7 @@ nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t n
     while (i < n) {
         int64_t g = nkx_group_end(ins, i, n);
         if (g - i > 1) {
-            bool large = false;
-            for (int64_t k = i; k < g; k++) large = large || nkx_large(&ins[k]);
-            if (large) {
+            if (nkx_group_large(&ins[i], g - i)) {
                 int64_t at = 0;
                 nk_status s = nkx_group(&ins[i], g - i, bases, nbases, false, &at);
                 if (s != NK_SUCCESS) {
@@ -732,9 +744,7 @@ nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t n
         int64_t j = nkx_group_end(ins, i, n);
         while (j < n && !nkx_large(&ins[j])) {
             const int64_t g2 = nkx_group_end(ins, j, n);
-            bool big = false;
-            for (int64_t k = j; k < g2; k++) big = big || nkx_large(&ins[k]);
-            if (big) break;
+            if (g2 - j > 1 && nkx_group_large(&ins[j], g2 - j)) break;
             j = g2;
         }
         nkx_serial_ctx c = {ins, i, j, bases, nbases, NK_SUCCESS, -1};
