@@ -1167,6 +1167,29 @@ def rec_select(tr, res, pred, on_true, on_false, mask=None):
         tr.copy(d, target)
 
 
+def rec_copy_predicated(tr, dst, src, predicate, reverse):
+    """dst = pred ? src : dst in place (nisa.tensor_copy_predicated): NKX_COPY_IF, the predicate negated by an
+    == 0 step for reverse_pred."""
+    d = tr.opd(dst, write=True)
+    if d.name not in _FLOAT_NAMES:
+        raise Unsupported(f"a predicated copy into {d.name}")
+    shape = d.shape
+    if isinstance(predicate, _core.NkiTensor):
+        p = _select_operand(tr, predicate, shape, pred=True)
+        if reverse:
+            q = tr.temp(shape)
+            tr.emit(BINARY, [q, p, tr.const(0.0, shape)], op=_BINARY["equal"][0])
+            p = q
+    else:
+        a = np.asarray(predicate).reshape(shape) != 0
+        p = tr.const_tile((~a if reverse else a).astype(np.float64))
+    t = _select_operand(tr, src, shape)
+    for o in (p, t):  # read and written element by element: only the very same view may overlap dst
+        if _overlap(o, d, tr.regions) and not _same(o, d):
+            raise Unsupported("a predicated copy whose operands overlap its destination")
+    tr.emit(COPY_IF, [d, p, t])
+
+
 def rec_load(tr, t, src, mask=None):
     """nl.load: a copy into the new tile (of the box a mask keeps; the rest keeps the allocation's fill)."""
     rec_copy(tr, t, src, mask)

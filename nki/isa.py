@@ -578,6 +578,7 @@ def select(*args, **kw):
     return out
 
 
+@_compile.instr
 def tensor_copy_predicated(*args, **kw):
     is_new = (len(args) >= 3) or "dst" in kw
     b = _bind(args, kw, ("dst", "src", "predicate", "reverse_pred"), ("src", "predicate", "dst", "reverse_pred"),
@@ -590,6 +591,7 @@ def tensor_copy_predicated(*args, **kw):
     sv = np.asarray(nl._values(src)).reshape(dst.shape) if isinstance(src, NkiTensor) else np.float32(src)
     cur = dst.dtype.decode(dst.raw())
     dst.write(np.where(pred, sv, cur))
+    _compile.record(_compile.rec_copy_predicated, dst, src, b["predicate"], bool(b.get("reverse_pred")))
     return dst
 
 

@@ -795,3 +795,31 @@ def test_fused_bench_kernels_bf16_fp32(monkeypatch, dtype):
         _same(fused, plain)
         tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
         torch.testing.assert_close(fused.float(), ref.float(), **tol)
+
+
+def test_copy_predicated_replays(monkeypatch):
+    """nisa.tensor_copy_predicated (a tile predicate, reversed, and a scalar source): NKX_COPY_IF in place."""
+    dev = _dev()
+
+    @nki.jit
+    def k(x, y):
+        P, F = x.shape
+        out = nl.ndarray((2, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        a = nl.load(x)
+        b = nl.load(y)
+        p = nl.greater(a, 0.0)
+        d = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=d, src=b)
+        nisa.tensor_copy_predicated(dst=d, src=a, predicate=p)
+        nl.store(out[0], d)
+        nisa.tensor_copy_predicated(dst=d, src=a, predicate=p, reverse_pred=True)
+        nl.store(out[1], d)
+        return out
+
+    for dt in (torch.float32, torch.bfloat16):
+        x, y = _randn(32, 48, seed=56, dtype=dt), _randn(32, 48, seed=57, dtype=dt)
+        ref, out = both(k, lambda: (x.to(dev), y.to(dev)), monkeypatch)
+        _same(out, ref)
+        _same(out[0], torch.where(x > 0, x, y))
+        _same(out[1], x)
+        nki.reset_compile_cache()
