@@ -1190,6 +1190,61 @@ def rec_copy_predicated(tr, dst, src, predicate, reverse):
     tr.emit(COPY_IF, [d, p, t])
 
 
+def _row_axes(x, axis):
+    """The reduced axes of nl.softmax / nl.rms_norm over tile x: free axes only (a reduce over the partitions is
+    not lowered)."""
+    if not isinstance(x, _core.NkiTensor):
+        raise Unsupported("a softmax or rms_norm of a non-tile")
+    nd = len(x.shape)
+    axes = sorted({int(a) % nd for a in (axis if isinstance(axis, (list, tuple)) else (axis,))})
+    if 0 in axes:
+        raise Unsupported("a softmax or rms_norm over the partition axis")
+    return axes, tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+
+
+def rec_softmax(tr, out, x, axis):
+    """nl.softmax as the interpreter computes it, in fp32: e = exp(x - max), out = e / sum(e)."""
+    axes, keep = _row_axes(x, axis)
+    v = tr.opd(x)
+    _float_srcs([v])
+    if v.dt != _F32:
+        t = tr.temp(v.shape)
+        tr.copy(t, v)
+        v = t
+    flags = sum(1 << a for a in axes)
+    mx = tr.temp(keep)
+    tr.emit(REDUCE, [mx, v], op=_REDUCE["max"], flags=flags)
+    e = tr.temp(v.shape)
+    tr.emit(BINARY, [e, v, mx.broadcast(v.shape)], op=0, value=-1.0)
+    tr.emit(UNARY, [e, e], op=_UNARY["exp"])
+    s = tr.temp(keep)
+    tr.emit(REDUCE, [s, e], op=_REDUCE["sum"], flags=flags)
+    tr.emit(BINARY, [out_opd(tr, out, v.shape), e, s.broadcast(v.shape)], op=_BINARY["divide"][0])
+
+
+def rec_rms_norm(tr, out, x, w, axis, n, eps):
+    """nl.rms_norm as the interpreter computes it, in fp32 (n and eps rounded to fp32 as it does):
+    x / sqrt(sum(x * x) / n + eps) * w."""
+    axes, keep = _row_axes(x, axis)
+    v = tr.opd(x)
+    _float_srcs([v])
+    if v.dt != _F32:
+        t = tr.temp(v.shape)
+        tr.copy(t, v)
+        v = t
+    sq = tr.temp(v.shape)
+    tr.emit(BINARY, [sq, v, v], op=_BINARY["multiply"][0])
+    ms = tr.temp(keep)
+    tr.emit(REDUCE, [ms, sq], op=_REDUCE["sum"], flags=sum(1 << a for a in axes))
+    tr.emit(BINARY, [ms, ms, tr.const(float(n), keep)], op=_BINARY["divide"][0])
+    tr.emit(BINARY, [ms, ms, tr.const(float(eps), keep)], op=0, value=1.0)
+    tr.emit(UNARY, [ms, ms], op=_UNARY["sqrt"])
+    y = tr.temp(v.shape)
+    tr.emit(BINARY, [y, v, ms.broadcast(v.shape)], op=_BINARY["divide"][0])
+    wo = _select_operand(tr, w, v.shape)
+    tr.emit(BINARY, [out_opd(tr, out, v.shape), y, wo], op=_BINARY["multiply"][0])
+
+
 def rec_load(tr, t, src, mask=None):
     """nl.load: a copy into the new tile (of the box a mask keeps; the rest keeps the allocation's fill)."""
     rec_copy(tr, t, src, mask)

@@ -504,16 +504,22 @@ def all(x, axis, dtype=None, **kw):
     return _new_tile(np.all(np.asarray(_values(x)) != 0, axis=_axis(axis)).astype(np.float32), dtype or bool_)
 
 
+@_compile.instr
 def softmax(x, axis=-1, dtype=None, **kw):
     v = np.asarray(_values(x), dtype=np.float32)
     e = np.exp(v - v.max(axis=axis, keepdims=True))
-    return _new_tile(e / e.sum(axis=axis, keepdims=True), _result_dtype(dtype, x))
+    t = _new_tile(e / e.sum(axis=axis, keepdims=True), _result_dtype(dtype, x))
+    _compile.record(_compile.rec_softmax, t, x, axis)
+    return t
 
 
+@_compile.instr
 def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None, **kw):
     v = np.asarray(_values(x), dtype=np.float32)
     ms = np.sum(v * v, axis=axis, keepdims=True) / np.float32(n)
-    return _new_tile(v / np.sqrt(ms + np.float32(epsilon)) * _values(w), _result_dtype(dtype, x))
+    t = _new_tile(v / np.sqrt(ms + np.float32(epsilon)) * _values(w), _result_dtype(dtype, x))
+    _compile.record(_compile.rec_rms_norm, t, x, w, axis, n, epsilon)
+    return t
 
 
 @_compile.instr

@@ -823,3 +823,30 @@ def test_copy_predicated_replays(monkeypatch):
         _same(out[0], torch.where(x > 0, x, y))
         _same(out[1], x)
         nki.reset_compile_cache()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_nl_softmax_rms_norm_replay(monkeypatch, dtype):
+    """nl.softmax and nl.rms_norm: lowered to the interpreter's fp32 steps (fused into one group each)."""
+    dev = _dev()
+
+    @nki.jit
+    def k(x, w):
+        P, F = x.shape
+        out = nl.ndarray((2, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out[0], nl.softmax(t, axis=1))
+        wt = nl.load(w.reshape((1, F)))
+        nl.store(out[1], nl.rms_norm(t, wt, axis=1, n=F))
+        return out
+
+    x, w = _randn(96, 200, seed=58, dtype=dtype), _randn(200, seed=59, dtype=dtype)
+    ref, out = both(k, lambda: (x.to(dev), w.to(dev)), monkeypatch)
+    assert nki.compile_stats()["fused_groups"] > 0
+    # exp and the row sums: vector polynomial and SIMD order vs numpy; bf16: one rounding may flip
+    tol = dict(rtol=4e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(out.float(), ref.float(), **tol)
+    xf, wf = x.float(), w.float()
+    torch.testing.assert_close(out[0].float(), torch.softmax(xf, -1), rtol=2e-2, atol=1e-5)
+    torch.testing.assert_close(out[1].float(), torch.nn.functional.rms_norm(xf, (200,), wf, 1e-6), rtol=2e-2,
+                               atol=2e-2)
