@@ -37,7 +37,7 @@ pytest: build
 test: ctest pytest
 
 # Every benchmark, the machine's measured bounds first, into docs/performance.md (run on an otherwise idle
-# machine: see the report's note on noise). bench-quick: shorter runs of fewer benchmarks.
+# machine: see the report's note on noise). bench-quick: every benchmark, shorter runs (about 20 minutes).
 bench: build
 	$(PY) benchmarks/report.py
 
