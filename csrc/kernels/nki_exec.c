@@ -289,6 +289,7 @@ typedef struct nkx_fstep {
     int64_t soff[3];                    /* its bytes into the worker's scratch for the block's first row */
     nkx_it full, tail;                  /* element-wise: block rows / the last block's rows; reduce: one row */
     nk_ew_fn fn, vs, sv;
+    int32_t sop;                        /* nkx_scalar_op's case for short fp32 runs, -1: none */
     nk_ew_args args;
     int64_t count;                      /* reduce: elements per row */
 } nkx_fstep;
@@ -419,6 +420,16 @@ static nk_status nkx_fstep_init(nkx_fstep *f, const nk_ew_f32_table *tab, const 
         }
     }
     if (in->kind != NKX_COPY && f->fn == NULL) return NK_INVALID;
+    f->sop = -1;
+    bool all_f32 = true;
+    for (int k = 0; k < in->nops; k++) all_f32 = all_f32 && f->dt[k] == NK_F32;
+    if (all_f32 && in->kind == NKX_UNARY &&
+        (in->op == NK_NEG || in->op == NK_ABS || in->op == NK_SQRT || in->op == NK_RSQRT ||
+         in->op == NK_RECIPROCAL || in->op == NK_RELU))
+        f->sop = NK_EW_UNARY(in->op);
+    if (all_f32 && in->kind == NKX_BINARY &&
+        (in->op == NK_ADD || in->op == NK_MUL || in->op == NK_DIV || in->op == NK_MAXIMUM || in->op == NK_MINIMUM))
+        f->sop = NK_EW_BINARY(in->op);
     nkx_it_init(&f->full, in, 0, 0, block);
     nkx_it_init(&f->tail, in, 0, 0, rows % block ? rows % block : block);
     return NK_SUCCESS;
@@ -451,9 +462,50 @@ static void nkx_store(const nk_ew_f32_table *tab, char *q, int64_t s, nk_dtype t
     }
 }
 
+/*
+ * The ops whose vector loop is one correctly rounded IEEE operation per element (or a select), so a scalar
+ * expression gives the same bits: a [128, 1] step of a row block (a run of a few elements) then costs no
+ * indirect call and no operand staging.
+ */
+static inline float nkx_scalar_op(int32_t sop, float a, float b, float alpha) {
+    switch (sop) {
+    case NK_EW_UNARY(NK_NEG): return -a;
+    case NK_EW_UNARY(NK_ABS): return fabsf(a);
+    case NK_EW_UNARY(NK_SQRT): return __builtin_sqrtf(a);
+    case NK_EW_UNARY(NK_RSQRT): return 1.0f / __builtin_sqrtf(a);
+    case NK_EW_UNARY(NK_RECIPROCAL): return 1.0f / a;
+    case NK_EW_UNARY(NK_RELU): return a != a ? a : (a > 0.0f ? a : 0.0f);
+    case NK_EW_BINARY(NK_ADD): return alpha == 1.0f ? a + b : __builtin_fmaf(alpha, b, a);
+    case NK_EW_BINARY(NK_MUL): return a * b;
+    case NK_EW_BINARY(NK_DIV): return a / b;
+    case NK_EW_BINARY(NK_MAXIMUM): {
+        float r = a < b ? b : a;
+        r = a != a ? a : r;
+        return b != b ? b : r;
+    }
+    case NK_EW_BINARY(NK_MINIMUM): {
+        float r = b < a ? b : a;
+        r = a != a ? a : r;
+        return b != b ? b : r;
+    }
+    default: return NAN;
+    }
+}
+
+#define NKX_SHORT 16  /* runs up to this long take nkx_scalar_op */
+
 /* One run of n elements of an element-wise step: p[k] its operands' first elements, s[k] their byte strides. */
 static void nkx_ew_span(const nk_ew_f32_table *tab, const nkx_fstep *f, char *const *p, const int64_t *s,
                         int64_t n, float *buf) {
+    if (f->sop >= 0 && n <= NKX_SHORT) {
+        const float alpha = f->args.f32[NK_ARG_ALPHA];
+        for (int64_t i = 0; i < n; i++) {
+            const float a = *(const float *)(p[1] + i * s[1]);
+            const float b = f->nops > 2 ? *(const float *)(p[2] + i * s[2]) : 0.0f;
+            *(float *)(p[0] + i * s[0]) = nkx_scalar_op(f->sop, a, b, alpha);
+        }
+        return;
+    }
     float *ob = buf, *ib[2] = {buf + NKX_RUN, buf + 2 * NKX_RUN};
     uint8_t pb[NKX_RUN];
     const int64_t es0 = (int64_t)nk_dtype_size(f->dt[0]);
