@@ -13,8 +13,9 @@ read bandwidth from a read-only probe (benchmarks/machine.py); nor batch x peak 
 bounds it. The bound holds only for weights several times the LLC: a cache-resident model (the 100M one) reads
 its weights from cache, and its decode figures are reported as they are, without a share of a bound.
 neuron and CPU alternate repeat by repeat so a phase of the shared host colours both; each figure is the median
-of its repeats with their min-max. --compile: neuron's static-cache generation compiled with backend "neuron"
-(Transformers' default on neuron), still against CPU eager.
+of its repeats with their min-max. --compile: static-cache generation as Transformers compiles it by default, on
+both sides (backend "neuron" on neuron, Inductor on CPU), so decode is compiled against compiled; prefill is a plain
+forward pass, eager on both sides, in either mode.
 """
 
 import argparse
@@ -154,7 +155,8 @@ def run_model(label, model_cpu, dtype, args, bw, peak, llc, res, rows):
                 targets.append(f">= {DECODE_B16_VS_CPU}x CPU")
                 misses.append(short_by(ratio, DECODE_B16_VS_CPU))
             miss = "; ".join(m for m in misses if m)
-            res.add(group, f"decode batch {batch}", n_med, "tok/s", ref=c_med, ref_name="PyTorch CPU eager",
+            res.add(group, f"decode batch {batch}", n_med, "tok/s", ref=c_med,
+                    ref_name="CPU, Transformers' compiled generation (Inductor)" if compiled else "PyTorch CPU eager",
                     spread=(n_lo, n_hi), ref_spread=(c_lo, c_hi), bound=bound,
                     bound_name="weights / read bandwidth" if bound else None, target=", ".join(targets) or None,
                     met=(not miss) if targets else None, miss=miss or None, phase="decode", batch=batch, model=label,
