@@ -1202,15 +1202,21 @@ def _row_axes(x, axis):
     return axes, tuple(1 if i in axes else n for i, n in enumerate(x.shape))
 
 
-def rec_softmax(tr, out, x, axis):
-    """nl.softmax as the interpreter computes it, in fp32: e = exp(x - max), out = e / sum(e)."""
-    axes, keep = _row_axes(x, axis)
+def _f32_operand(tr, x):
+    """x as a float operand in fp32: the interpreter computes softmax and rms_norm in fp32."""
     v = tr.opd(x)
     _float_srcs([v])
     if v.dt != _F32:
         t = tr.temp(v.shape)
         tr.copy(t, v)
         v = t
+    return v
+
+
+def rec_softmax(tr, out, x, axis):
+    """nl.softmax as the interpreter computes it, in fp32: e = exp(x - max), out = e / sum(e)."""
+    axes, keep = _row_axes(x, axis)
+    v = _f32_operand(tr, x)
     flags = sum(1 << a for a in axes)
     mx = tr.temp(keep)
     tr.emit(REDUCE, [mx, v], op=_REDUCE["max"], flags=flags)
@@ -1226,12 +1232,7 @@ def rec_rms_norm(tr, out, x, w, axis, n, eps):
     """nl.rms_norm as the interpreter computes it, in fp32 (n and eps rounded to fp32 as it does):
     x / sqrt(sum(x * x) / n + eps) * w."""
     axes, keep = _row_axes(x, axis)
-    v = tr.opd(x)
-    _float_srcs([v])
-    if v.dt != _F32:
-        t = tr.temp(v.shape)
-        tr.copy(t, v)
-        v = t
+    v = _f32_operand(tr, x)
     sq = tr.temp(v.shape)
     tr.emit(BINARY, [sq, v, v], op=_BINARY["multiply"][0])
     ms = tr.temp(keep)

@@ -504,6 +504,16 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
 
 #define SKINNY_COLS 256 /* columns per task chunk: the fp32 result tile is m x SKINNY_COLS */
 
+/* Columns per task of the streaming paths: about 4 chunks per thread over all batch entries, multiples of
+ * align columns, at least 64. */
+static int64_t skinny_chunk(const gemm_problem *p, int64_t align) {
+    const int64_t want = (int64_t)nk_threads_get() * 4;
+    const int64_t per_batch = (want + p->batch - 1) / p->batch;
+    int64_t chunk = (p->n + per_batch - 1) / per_batch;
+    chunk = (chunk + align - 1) / align * align;
+    return chunk < 64 ? 64 : chunk;
+}
+
 typedef struct skinny_ctx {
     gemm_problem *p;
     const float *apacked; /* batch x m x k, fp32 */
@@ -574,15 +584,8 @@ static nk_status gemm_skinny(gemm_problem *p) {
         }
         ctx.apacked = ap;
     }
-    const int threads = nk_threads_get();
-    /* About 4 chunks per thread over all batch entries, multiples of 16 columns, at least 64. */
-    const int64_t want = (int64_t)threads * 4;
-    const int64_t per_batch = (want + p->batch - 1) / p->batch;
-    int64_t chunk = (p->n + per_batch - 1) / per_batch;
-    chunk = (chunk + 15) / 16 * 16;
-    if (chunk < 64) chunk = 64;
-    ctx.chunk = chunk;
-    ctx.chunks = (p->n + chunk - 1) / chunk;
+    ctx.chunk = skinny_chunk(p, 16);
+    ctx.chunks = (p->n + ctx.chunk - 1) / ctx.chunk;
     const int64_t tasks = p->batch * ctx.chunks;
     /* Small products are not worth waking the pool. */
     const double work = (double)p->batch * p->m * p->n * p->k;
@@ -636,13 +639,8 @@ static nk_status gemm_amx_skinny(gemm_problem *p) {
         nk_amx_pack_b(ap + bi * AMX_SKINNY_M * kp, (const uint16_t *)p->a + bi * p->a_bs, p->a_sk, p->a_sm, p->k,
                       p->m, kp);
     amx_skinny_ctx ctx = {.p = p, .apack = ap, .kp = kp};
-    const int64_t want = (int64_t)nk_threads_get() * 4;
-    const int64_t per_batch = (want + p->batch - 1) / p->batch;
-    int64_t chunk = (p->n + per_batch - 1) / per_batch;
-    chunk = (chunk + 31) / 32 * 32;
-    if (chunk < 64) chunk = 64;
-    ctx.chunk = chunk;
-    ctx.chunks = (p->n + chunk - 1) / chunk;
+    ctx.chunk = skinny_chunk(p, 32);
+    ctx.chunks = (p->n + ctx.chunk - 1) / ctx.chunk;
     atomic_init(&p->failed, 0);
     const int64_t tasks = p->batch * ctx.chunks;
     nk_parallel_for(tasks, (double)p->batch * p->m * p->n * p->k < 65536.0 ? tasks : 1, gemm_amx_skinny_range, &ctx);
