@@ -57,25 +57,6 @@ class NeuronDeviceOpOverrides(DeviceOpOverrides):
         return "void*"
 
 
-class _DeviceGuard:
-    """``torch.neuron.device(index)`` for generated code, which passes a valid index of an initialized
-    device: the runtime calls alone (0.3 us per graph call instead of 1.1 us)."""
-
-    __slots__ = ("index", "prev")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    def __enter__(self) -> None:
-        self.prev = _C._get_device()
-        if self.prev != self.index:
-            _C._set_device(self.index)
-
-    def __exit__(self, *exc) -> None:
-        if self.prev != self.index:
-            _C._set_device(self.prev)
-
-
 class _ProfiledKernel:
     """A generated kernel's call while a profiler runs: a record_function range named after the kernel on the
     host row and, when device activities are recorded, the kernel's device event linked to it."""
@@ -109,7 +90,7 @@ class NeuronWrapperCodegen(PythonWrapperCodegen):
         super().write_header()
         self.imports.writeline("from torch.autograd import profiler as _neuron_profiler")
         self.imports.writeline("from torch_neuronx._inductor import _ProfiledKernel as _neuron_kernel")
-        self.imports.writeline("from torch_neuronx._inductor import _DeviceGuard as _neuron_device_guard")
+        self.imports.writeline("from torch_neuronx.neuron import device as _neuron_device_guard")
 
     def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, **kwargs):
         from torch._inductor.virtualized import V
@@ -180,7 +161,7 @@ def _treat_neuron_as_cpp_device() -> None:
 def _guard_neuron_device() -> None:
     """Inductor enters a device guard around a graph's code only for GPU devices; without it a graph of
     tensors on neuron:1 allocated its buffers on the current device (neuron:0) and an extern kernel then
-    mixed the two. The wrapper enters a guard of the graph's device for neuron too (``_DeviceGuard``)."""
+    mixed the two. The wrapper enters a guard of the graph's device for neuron too (``torch.neuron.device``)."""
     from torch._inductor import scheduler
 
     base = scheduler.device_need_guard

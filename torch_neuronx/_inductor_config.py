@@ -11,7 +11,7 @@ from torch.utils._config_module import install_config_module
 
 # Version of the Python wrapper code the neuron backend generates. 1: generated kernels run inside
 # profiler ranges while torch.profiler records. 2: the graph's code runs under a guard of its device
-# (3: _DeviceGuard).
-wrapper_version: int = 3
+# (3: a private guard class; 4: torch.neuron.device again, made as cheap).
+wrapper_version: int = 4
 
 install_config_module(sys.modules[__name__])

@@ -65,9 +65,17 @@ def _check_not_forked() -> None:
         )
 
 
+_init_done = False
+
+
 def _lazy_init() -> None:
+    # _C._init() is idempotent but a binding call; after it succeeded once only the fork check remains
+    # (torch.neuron.device in every compiled graph call goes through here).
+    global _init_done
     _check_not_forked()
-    _C._init()
+    if not _init_done:
+        _C._init()
+        _init_done = True
 
 
 def _device_index(device: _device_t, optional: bool = True) -> int:
@@ -173,12 +181,14 @@ class device:
     """Context manager that changes the current neuron device."""
 
     def __init__(self, device: _device_t):
-        self.idx = -1 if device is None else _device_index(device)
+        # An int first: compiled graphs enter device(index) on every call.
+        self.idx = device if type(device) is int else -1 if device is None else _device_index(device)
         self.prev_idx = -1
 
     def __enter__(self):
         if self.idx >= 0:
-            self.prev_idx = current_device()
+            _lazy_init()
+            self.prev_idx = _C._get_device()
             if self.prev_idx != self.idx:
                 _C._set_device(self.idx)
         return self
