@@ -7,8 +7,8 @@ tensor values (the hardware compiler traces them too), so the list is the kernel
 Later calls hand the list and the argument addresses to ``torch_neuronx._C._nki_exec`` (csrc/kernels/
 nki_exec.c), which calls the kernel library (copies, element-wise, reductions, GEMM) step by step.
 
-Anything the lowering does not know - an instruction without a lowering, a value read back into Python, a
-partial mask, an integer computation - marks the key "interpret": those calls keep running the interpreter,
+Anything the lowering does not know - an instruction without a lowering, a value read back into Python, an
+integer op numpy computes in float64 (divide, exp of an integer tile) - marks the key "interpret": those calls keep running the interpreter,
 which stays the reference. ``nki.compile_stats()`` counts replayed and interpreted calls and says why a
 signature fell back.
 
@@ -32,7 +32,18 @@ _NK = {"bool_": 0, "uint8": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "f
        "uint16": 10, "uint32": 11}
 _F32 = 8
 _FLOAT_NAMES = ("float32", "bfloat16", "float16")
-FILL, COPY, UNARY, BINARY, GEMM, REDUCE, COPY_IF = range(7)
+FILL, COPY, UNARY, BINARY, GEMM, REDUCE, COPY_IF, INT = range(8)
+# NKX_INT (neuron_kernels.h, nkx_iop): integer arithmetic, compares and casts with the interpreter's numpy rules
+_IOP = {"copy": 0, "bypass": 0, "add": 1, "subtract": 2, "multiply": 3, "maximum": 4, "minimum": 5, "bitwise_and": 6,
+        "bitwise_or": 7, "bitwise_xor": 8, "left_shift": 9, "right_shift": 10, "equal": 11, "not_equal": 12,
+        "less": 13, "less_equal": 14, "greater": 15, "greater_equal": 16, "logical_and": 17, "logical_or": 18,
+        "logical_xor": 19, "negative": 20, "abs": 21, "invert": 22, "logical_not": 23}
+_I_ARITH = ("add", "subtract", "multiply", "maximum", "minimum")  # nl's _int_or_f32: ints as ints, else fp32
+_I_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
+_I_CMP = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
+          "logical_xor", "logical_not")
+_I_SCALAR, _I_REVERSE = 1 << 8, 1 << 9
+_INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
 _UNARY = {"negative": 0, "abs": 1, "exp": 2, "log": 3, "sqrt": 4, "rsqrt": 5, "reciprocal": 6, "sin": 7, "cos": 8,
           "tanh": 9, "sigmoid": 10, "silu": 11, "gelu": 12, "gelu_apprx_tanh": 13, "relu": 14}
 _BINARY = {"add": (0, 1.0), "subtract": (0, -1.0), "multiply": (1, 1.0), "divide": (2, 1.0), "equal": (5, 1.0),
@@ -322,8 +333,9 @@ class Trace:
         self.recorded = True
 
     # -- operands
-    def opd(self, t, mask=None, write=False, box=None):
-        """t as an operand; box (from mask_box) restricts it to the elements a mask keeps."""
+    def opd(self, t, mask=None, write=False, box=None, keep=None):
+        """t as an operand; box (from mask_box) restricts it to the elements a mask keeps; keep (a bool array of
+        t's shape) lets an index array go out of bounds where it is False (a masked access never touches those)."""
         if not isinstance(t, _core.NkiTensor):
             raise Unsupported(f"operand of type {type(t).__name__}")
         if mask is not None and not np.all(np.broadcast_to(np.asarray(mask, dtype=bool), t.shape)):
@@ -346,7 +358,7 @@ class Trace:
             if box is not None:
                 offs = offs[box]
                 oob = oob[box] if oob is not None else None
-            if oob is not None and oob.any():
+            if oob is not None and (oob if keep is None or box is not None else oob & keep).any():
                 raise Unsupported("an index array out of bounds")
             shape, strides, off = _affine(offs)
         else:
@@ -390,25 +402,22 @@ class Trace:
     # -- steps
     def fill(self, t, value, box=None):
         d = self.opd(t, write=True, box=box)
-        if d.name in _FLOAT_NAMES or d.name == "float32":
-            enc = t.dtype.encode(np.asarray(value))
-            v = float(np.asarray(t.dtype.decode(enc)).reshape(-1)[0])
-        else:
-            v = float(np.asarray(t.dtype.encode(np.asarray(value))).reshape(-1)[0])
-        self.emit(FILL, [d], value=v)
+        self.emit(FILL, [d], value=_fill_value_of(t, value))
 
     def copy(self, dst: Opd, src: Opd):
         if src.shape != dst.shape:
             src = src.reshape(dst.shape) if int(np.prod(src.shape, dtype=np.int64)) == int(
                 np.prod(dst.shape, dtype=np.int64)) else src.broadcast(dst.shape)
-        if src.dt != dst.dt and not (src.name in _FLOAT_NAMES + ("const",) and dst.name in _FLOAT_NAMES):
-            raise Unsupported(f"copy {src.name} -> {dst.name}")
+        cast = src.dt != dst.dt and not (src.name in _FLOAT_NAMES + ("const",) and dst.name in _FLOAT_NAMES)
         if src.region == dst.region and src.region != 0 and not (src.off == dst.off and src.strides == dst.strides):
             a, b = src.byte_range(), dst.byte_range()
             if a[0] < b[1] and b[0] < a[1]:  # nk_copy takes no partial overlap: stage through a temporary
                 tmp = self.temp(src.shape, src.name)
                 self.emit(COPY, [tmp, src])
                 src = tmp
+        if cast:  # an integer on either side: the interpreter's encoding (wrap, round + saturate, != 0)
+            dom = _F32 if src.name in _FLOAT_NAMES + ("const",) else _NK["uint8" if src.name == "bool_" else src.name]
+            return self.emit(INT, [dst, src], op=_IOP["copy"], flags=dom)
         self.emit(COPY, [dst, src])
 
     def apply(self, op, dst: Opd, srcs):
@@ -430,6 +439,67 @@ class Trace:
             raise Unsupported(f"operator {op!r}")
         code, alpha = _BINARY[name]
         self.emit(BINARY, [dst] + list(srcs), op=code, value=alpha)
+
+    def int_op(self, op, dst, srcs):
+        """dst = op(*srcs) as the interpreter's numpy computes it with an integer tile among the operands (or an
+        integer dst): srcs are Opds (tiles, of the result's shape) or the raw scalars the interpreter hands op.fn.
+        dst None: a new temporary of numpy's result dtype (a chain's intermediate). Returns the destination."""
+        name = getattr(op, "name", None)
+        if name not in _IOP or getattr(op, "fn", None) is None:
+            raise Unsupported(f"operator {op!r} on integer tiles")
+        tiles = [x for x in srcs if isinstance(x, Opd)]
+        if not tiles or len(srcs) - len(tiles) > 1 or any(o.name == "const" or o.name not in _NK for o in tiles):
+            raise Unsupported(f"integer {name} of these operands")
+
+        def probe(x):
+            if isinstance(x, Opd):
+                return np.zeros(1, np.float32 if x.name in _FLOAT_NAMES else _core.to_dtype(x.name).storage)
+            if isinstance(x, np.ndarray) and x.ndim > 0:
+                raise Unsupported("an array operand")
+            return x
+
+        pr = [probe(x) for x in srcs]
+        floats = any(isinstance(x, Opd) and x.name in _FLOAT_NAMES for x in srcs) or any(
+            isinstance(x, (float, np.floating)) for x in pr)
+        try:
+            with np.errstate(all="ignore"):
+                res = np.asarray(op.fn(*pr)).dtype
+                T = np.result_type(*pr) if name in _I_CMP else pr[0].dtype if name in _COPY_OPS else res
+        except (TypeError, ValueError, OverflowError) as e:
+            raise Unsupported(f"integer {name}: {e}")
+        if T.kind in "iu" and T.name in _INT_NAMES and not (floats and name in _I_BITS + ("invert",)):
+            dom = _NK[T.name]
+        elif T.kind == "b" and name in _I_CMP:
+            dom = _NK["uint8"]
+        elif T == np.float32 and name in _I_ARITH + _COPY_OPS + ("negative", "abs"):
+            dom = _F32
+        elif T.kind == "f" and name in _I_CMP:
+            dom = 9  # NK_F64: compares exact in double
+        else:
+            raise Unsupported(f"integer {name} computed in {T}")
+        flags, value = dom, 0.0
+        sc = [x for x in pr if not isinstance(x, np.ndarray)]
+        if sc:
+            try:
+                v = np.asarray(sc[0]).astype(T if dom != _F32 else np.float32)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise Unsupported(f"scalar operand: {e}")
+            if dom not in (_F32, 9) and (int(v) != sc[0] or abs(int(v)) > 2 ** 53):
+                raise Unsupported(f"scalar {sc[0]!r} in {T}")
+            value = float(v)
+            flags |= _I_SCALAR | (_I_REVERSE if not isinstance(srcs[0], Opd) else 0)
+        if dst is None:
+            if res.name not in _NK:
+                raise Unsupported(f"an intermediate of {res}")
+            dst = self.temp(tiles[0].shape, res.name)
+        target = dst
+        if any(o.region == dst.region and o.region != 0 and _overlap(o, dst, self.regions) and not _same(o, dst)
+               for o in tiles):
+            target = self.temp(dst.shape, dst.name)  # read every source before the destination is written
+        self.emit(INT, [target] + tiles, op=_IOP[name], value=value, flags=flags)
+        if target is not dst:
+            self.copy(dst, target)
+        return dst
 
     def gemm(self, dst: Opd, a: Opd, b: Opd, accumulate: bool):
         """dst[M, N] (+)= a[M, K] @ b[K, N], fp32 accumulation."""
@@ -456,7 +526,15 @@ class Trace:
         nd = len(src.shape)
         axes = sorted({int(a) % nd for a in axes})
         keep = tuple(1 if i in axes else n for i, n in enumerate(src.shape))
-        dst = self.opd(dst_t, mask).reshape(keep)
+        dst, fin = out_target(self, dst_t, None, mask)
+        if dst is None:
+            self.recorded = True
+            return
+        self.reduce_to(dst.reshape(keep), src, opname, axes, keep, negate)
+        if fin is not None:
+            fin()
+
+    def reduce_to(self, dst, src, opname, axes, keep, negate):
         if src.name not in _FLOAT_NAMES or dst.name not in _FLOAT_NAMES:
             raise Unsupported(f"reduction of {src.name} into {dst.name}")
         if src.dt != _F32:
@@ -537,7 +615,7 @@ def _forward_loads(ins, regions):
             w = ops2[0]
             # a step reading src where it writes must do so element by element on the same view (no partial
             # overlap: nk_copy and GEMM take none)
-            clash = _overlap(w, src, regions) and not (_same(w, src) and k2 in (COPY, UNARY, BINARY))
+            clash = _overlap(w, src, regions) and not (_same(w, src) and k2 in (COPY, UNARY, BINARY, INT))
             new = list(ops2)
             for n in range(1, len(ops2)):
                 if _same(ops2[n], d) and not clash:
@@ -562,7 +640,7 @@ def _forward_stores(ins, regions):
         while p >= 0:  # the step that produced d, with nothing touching d or h in between
             pk, pop, pv, pf, pops = ins[p]
             if _same(pops[0], d):
-                ok = pk in (FILL, COPY, UNARY, BINARY, REDUCE) or (pk == GEMM and not pf & 1)
+                ok = pk in (FILL, COPY, UNARY, BINARY, REDUCE, INT) or (pk == GEMM and not pf & 1)
                 break
             if _overlap(pops[0], d, regions) or _overlap(pops[0], h, regions) or \
                     any(_overlap(r, d, regions) or _overlap(r, h, regions) for r in _reads(ins[p])):
@@ -570,7 +648,7 @@ def _forward_stores(ins, regions):
             p -= 1
         if ok:  # the producer must not read h other than element-wise in place
             for r in _reads(ins[p]):
-                if _overlap(r, h, regions) and not (_same(r, h) and ins[p][0] in (COPY, UNARY, BINARY)):
+                if _overlap(r, h, regions) and not (_same(r, h) and ins[p][0] in (COPY, UNARY, BINARY, INT)):
                     ok = False
         if ok:  # and nothing may read d after the copy before d is rewritten whole
             for j in range(i + 1, len(ins)):
@@ -1033,24 +1111,92 @@ def out_opd(tr, t, shape, mask=None):
     return tr.opd(t, mask, write=True).reshape(shape) if tuple(t.shape) != tuple(shape) else tr.opd(t, mask, True)
 
 
+def _mask_of(t, mask):
+    """The mask as a bool array of t's shape, or None when it keeps every element."""
+    if mask is None:
+        return None
+    m = np.broadcast_to(np.asarray(mask, dtype=bool), t.shape)
+    return None if m.all() else m
+
+
+def _pred(tr, m):
+    return tr.const_tile(m.astype(np.float64))
+
+
+def out_target(tr, t, shape, mask=None):
+    """(operand, finish) for a result of ``shape`` (None: t's) written to t under a mask: without a partial
+    mask t itself and finish None; else a temporary of t's dtype the result is computed into whole, and finish()
+    copies the elements the mask keeps into t (NKX_COPY_IF with the mask as a constant predicate tile: any mask
+    of index expressions, a triangle too). (None, None) when the mask keeps nothing."""
+    if isinstance(t, Opd):
+        return t, None
+    m = _mask_of(t, mask)
+    shape = tuple(t.shape) if shape is None else tuple(shape)
+    if m is None:
+        return out_opd(tr, t, shape), None
+    if not m.any():
+        return None, None
+    d = tr.opd(t, write=True, keep=m)
+    tmp = tr.temp(d.shape, d.name)
+    return (tmp.reshape(shape) if shape != tmp.shape else tmp), lambda: tr.emit(COPY_IF, [d, _pred(tr, m), tmp])
+
+
 def rec_copy(tr, dst, src, mask=None):
-    box = tr.mask_box(dst, mask)
+    try:
+        box = tr.mask_box(dst, mask)
+    except Unsupported:
+        box = False  # no box: the elements the mask keeps, through a predicate
     if box == ():  # the mask keeps nothing: no step
         tr.recorded = True
         return
-    if box is not None and (isinstance(src, Opd) or tuple(src.shape) != tuple(dst.shape)):
-        raise Unsupported("a masked copy between tiles of different shapes")
+    if box is not None and (box is False or isinstance(src, Opd) or tuple(src.shape) != tuple(dst.shape)):
+        return rec_copy_masked(tr, dst, src, _mask_of(dst, mask))
     d = tr.opd(dst, write=True, box=box)
     s = src if isinstance(src, Opd) else tr.opd(src, box=box)
     tr.copy(d, s)
 
 
+def rec_copy_masked(tr, dst, src, m):
+    """dst[m] = src[m] for a mask m of dst's shape: NKX_COPY_IF reads and writes only where m holds (so index
+    arrays may leave their tensor there, as the interpreter allows)."""
+    d = tr.opd(dst, write=True, keep=m)
+    if isinstance(src, Opd):
+        s = src
+    elif tuple(src.shape) == tuple(dst.shape):
+        s = tr.opd(src, keep=m)
+    else:
+        s = tr.opd(src).reshape(d.shape)
+    s = s if s.shape == d.shape else s.reshape(d.shape)
+    same_kind = s.dt == d.dt or (s.name in _FLOAT_NAMES and d.name in _FLOAT_NAMES)
+    if not same_kind or (s.region == d.region and s.region != 0 and _overlap(s, d, tr.regions) and not _same(s, d)):
+        t = tr.temp(d.shape, d.name)  # converted (or staged) whole first: no index array may leave its tensor
+        tr.copy(t, tr.opd(src).reshape(d.shape) if not isinstance(src, Opd) else s)
+        s = t
+    tr.emit(COPY_IF, [d, _pred(tr, m), s])
+
+
 def rec_fill(tr, dst, value, mask=None):
-    box = tr.mask_box(dst, mask)
+    try:
+        box = tr.mask_box(dst, mask)
+    except Unsupported:
+        box = False
     if box == ():
         tr.recorded = True
         return
-    tr.fill(dst, value, box)
+    if box is not False:
+        return tr.fill(dst, value, box)
+    m = _mask_of(dst, mask)
+    d = tr.opd(dst, write=True, keep=m)
+    t = tr.temp(d.shape, d.name)
+    tr.emit(FILL, [t], value=_fill_value_of(dst, value))
+    tr.emit(COPY_IF, [d, _pred(tr, m), t])
+
+
+def _fill_value_of(t, value):
+    enc = t.dtype.encode(np.asarray(value))
+    if t.dtype.kind == "f":
+        return float(np.asarray(t.dtype.decode(enc)).reshape(-1)[0])
+    return float(np.asarray(enc).reshape(-1)[0])
 
 
 def rec_store(tr, dst, value, mask=None):
@@ -1069,14 +1215,29 @@ def _float_srcs(srcs):
             raise Unsupported(f"compute on {s.name}")
 
 
-def rec_chain(tr, dst, data, steps, mask=None):
+def _int_tile(v):
+    if isinstance(v, Opd):
+        return v.name not in _FLOAT_NAMES + ("const",)
+    return isinstance(v, _core.NkiTensor) and v.dtype.kind != "f"
+
+
+def rec_chain(tr, dst, data, steps, mask=None, ints=None):
     """dst = step_n(...step_1(data)): each step (op, operand, reverse) with operand None, a scalar, an Opd or a
-    (P, 1) tile broadcast along the free dims; intermediates stay fp32 as in the interpreter's numpy chain."""
+    (P, 1) tile broadcast along the free dims; intermediates stay fp32 as in the interpreter's numpy chain.
+    ints ("tt", "ts", "stt": which nisa instruction) allows integer tiles, with the instruction's numpy rules."""
     x = tr.opd(data)
+    if ints is not None and (_int_tile(x) or _int_tile(dst) or any(_int_tile(o) for _, o, _ in steps)):
+        return _int_chain(tr, dst, x, steps, mask, ints)
     _float_srcs([x])
     shape = x.shape
     steps = [s for s in steps if s[0] is not None]
-    d = out_opd(tr, dst, shape, mask) if not isinstance(dst, Opd) else dst
+    d, fin = out_target(tr, dst, shape, mask)
+    if d is None:
+        tr.recorded = True
+        return
+    if fin is not None:
+        rec_chain(tr, d, data, steps)
+        return fin()
     if not steps:
         return tr.copy(d, x)
     for i, (op, operand, rev) in enumerate(steps):
@@ -1094,6 +1255,39 @@ def rec_chain(tr, dst, data, steps, mask=None):
             _float_srcs([o])
             tr.apply(op, target, [o, x] if rev else [x, o])
         x = target
+
+
+def _int_chain(tr, dst, x, steps, mask, ints):
+    """rec_chain with integer tiles: each step through Trace.int_op on the values the interpreter's numpy sees
+    (intermediates in numpy's result dtype, scalars as nisa's _scalar_operand passes them)."""
+    shape = x.shape
+    d, fin = out_target(tr, dst, shape, mask)
+    if d is None:
+        tr.recorded = True
+        return
+    op0, operand0 = (steps[0][0], steps[0][1]) if steps else (None, None)
+    if ints == "ts" and _int_tile(x) and op0 is not None and isinstance(operand0, float):
+        t = tr.temp(shape)  # tensor_scalar reads an integer tile as fp32 for a Python float operand0
+        tr.copy(t, x)
+        x = t
+    steps = [st for st in steps if st[0] is not None]
+    if not steps:
+        tr.copy(d, x)
+    for i, (op, operand, rev) in enumerate(steps):
+        if getattr(op, "arity", 2) == 1:
+            srcs = [x]
+        else:
+            if isinstance(operand, Opd):
+                o = operand
+            elif isinstance(operand, _core.NkiTensor):
+                o = tr.opd(operand)
+                o = o.reshape((o.shape[0],) + (1,) * (len(shape) - 1)).broadcast(shape)
+            else:
+                o = np.float32(operand) if isinstance(operand, float) else operand
+            srcs = [o, x] if rev else [x, o]
+        x = tr.int_op(op, d if i == len(steps) - 1 else None, srcs)
+    if fin is not None:
+        fin()
 
 
 def rec_activation_reduce(tr, res, data, steps, rop, rres, mask=None):
@@ -1262,21 +1456,29 @@ def rec_nl_reduce(tr, out, x, name, axis, mask=None):
 
 def rec_binary_tiles(tr, out, x, y, op, mask=None):
     """The tile API's out = op(x, y) (or op(x)): partition-first alignment, then numpy broadcasting."""
-    if mask is not None:
-        tr.opd(out, mask)  # raises on a mask that leaves elements out
+    d, fin = out_target(tr, out, None, mask)
+    if d is None:
+        tr.recorded = True
+        return
     shape = out.shape
     ops = []
     tiles = [v for v in (x, y) if isinstance(v, _core.NkiTensor)]
+    ints = _int_tile(out) or any(_int_tile(v) for v in tiles)
     for v in ((x,) if y is None else (x, y)):
         if isinstance(v, _core.NkiTensor):
-            o = tr.value_opd(v, shape)
+            o = tr.opd(v) if ints else tr.value_opd(v, shape)
             other = next((t for t in tiles if t is not v), None)
             if other is not None and len(v.shape) < len(other.shape) and v.shape and v.shape[0] == other.shape[0]:
                 o = o.reshape(tuple(o.shape) + (1,) * (len(other.shape) - len(v.shape)))
             ops.append(o.broadcast(shape))
         else:
-            ops.append(tr.value_opd(v, shape))
-    tr.apply(op, tr.opd(out, write=True), ops)
+            ops.append(v if ints else tr.value_opd(v, shape))
+    if ints:
+        tr.int_op(op, d, ops)
+    else:
+        tr.apply(op, d, ops)
+    if fin is not None:
+        fin()
 
 
 def rec_matmul(tr, dst, st, mv, accumulate, shape_m_n=None):
@@ -1341,8 +1543,15 @@ def _install_tensor_hooks():
         from . import language as nl
 
         res = inplace(self, o, name)
-        record(lambda tr: tr.apply(getattr(nl, name), tr.opd(self, write=True),
-                                   [tr.opd(self), tr.value_opd(o, self.shape).broadcast(self.shape)]))
+
+        def rec(tr):
+            if _int_tile(self) or _int_tile(o):
+                src = tr.opd(o).broadcast(self.shape) if isinstance(o, _core.NkiTensor) else o
+                return tr.int_op(getattr(nl, name), tr.opd(self, write=True), [tr.opd(self), src])
+            tr.apply(getattr(nl, name), tr.opd(self, write=True),
+                     [tr.opd(self), tr.value_opd(o, self.shape).broadcast(self.shape)])
+
+        record(rec)
         return res
 
     @instr

@@ -128,10 +128,16 @@ class DType:
                 return v.astype(self.storage)
         if self.kind == "b":
             return (v != 0).astype(self.storage)
-        if v.dtype.kind == "f":  # float -> int: round to nearest, saturate
+        if v.dtype.kind == "f":  # float -> int: round to nearest, saturate (in float64: fp32 has no int32 max)
             info = np.iinfo(self.storage)
             with np.errstate(invalid="ignore"):
-                v = np.clip(np.nan_to_num(np.rint(v), nan=0.0), info.min, info.max)
+                v = np.clip(np.nan_to_num(np.rint(v.astype(np.float64)), nan=0.0), float(info.min), float(info.max))
+                if self.storage == np.int64:  # 2^63 - 1 is no float64: the float64 bound 2^63 casts to int64 min
+                    big = v >= 2.0 ** 63
+                    if big.any():
+                        out = v.astype(np.int64)
+                        out[big] = info.max
+                        return out
         return v.astype(self.storage)
 
 

@@ -163,7 +163,8 @@ def dma_copy(*args, **kw):
     if dst.shape != src.shape:
         vals = np.asarray(vals).reshape(dst.shape)
     dst.write(vals, mask=mask)
-    _compile.record(lambda tr: tr.copy(tr.opd(dst, mask, True), tr.opd(src).reshape(dst.shape)))
+    _compile.record(lambda tr: tr.copy(tr.opd(dst, write=True), tr.opd(src).reshape(dst.shape)) if mask is None
+                    else _compile.rec_copy(tr, dst, tr.opd(src).reshape(dst.shape), mask))
     return dst
 
 
@@ -190,7 +191,7 @@ def tensor_copy(*args, **kw):
               (len(args) >= 2 and _is_tensor(args[1])) or "dst" in kw)
     src = _onchip(b["src"], "src", "tensor_copy")
     res = _out(b.get("dst"), src.read(), b.get("dtype") or src.dtype, "tensor_copy", mask=b.get("mask"))
-    _compile.record(lambda tr: tr.copy(_compile.out_opd(tr, res, src.shape, b.get("mask")), tr.opd(src)))
+    _compile.record(_compile.rec_chain, res, src, [], b.get("mask"), "tt")
     return res
 
 
@@ -325,7 +326,7 @@ def tensor_tensor(*args, **kw):
     out = _out(b.get("dst"), res, b.get("dtype") or _core.promote(d1.dtype, d2.dtype), "tensor_tensor",
                mask=b.get("mask"))
     _compile.record(lambda tr: _compile.rec_chain(tr, out, d1, [(_op_or_none(b["op"]), tr.opd(d2).reshape(d1.shape),
-                                                                 False)], b.get("mask")))
+                                                                 False)], b.get("mask"), "tt"))
     return out
 
 
@@ -356,7 +357,7 @@ def tensor_scalar(*args, **kw):
     out = _out(b.get("dst"), x, b.get("dtype") or data.dtype, "tensor_scalar", mask=b.get("mask"))
     _compile.record(_compile.rec_chain, out, data,
                     [(_op_or_none(b["op0"]), b.get("operand0"), b.get("reverse0", False)),
-                     (_op_or_none(b.get("op1")), b.get("operand1"), b.get("reverse1", False))], b.get("mask"))
+                     (_op_or_none(b.get("op1")), b.get("operand1"), b.get("reverse1", False))], b.get("mask"), "ts")
     return out
 
 
@@ -374,7 +375,7 @@ def scalar_tensor_tensor(*args, **kw):
     _compile.record(lambda tr: _compile.rec_chain(
         tr, out, data, [(_op_or_none(b["op0"]), b["operand0"], b.get("reverse0", False)),
                         (_op_or_none(b["op1"]), tr.opd(b["operand1"]).reshape(data.shape), b.get("reverse1", False))],
-        b.get("mask")))
+        b.get("mask"), "stt"))
     return out
 
 

@@ -472,8 +472,26 @@ typedef enum nkx_kind {
     NKX_GEMM,        /* o0 [M, N] f32 = (flags & 1 ? o0 : 0) + o1 [M, K] @ o2 [K, N], all f32 */
     NKX_REDUCE,      /* o0 (o1's ndim, 1 in reduced dims) = op(o1) over the dims of bitmask flags */
     NKX_COPY_IF,     /* o0 = o1 != 0 ? (o0 dtype) o2 : o0, same sizes (select, where: o0 holds the false side) */
+    NKX_INT,         /* o0 = op(o1[, o2 or value]), op an nkx_iop, with the nki interpreter's (numpy's) integer rules */
     NKX_KIND_COUNT
 } nkx_kind;
+
+/*
+ * NKX_INT: integer arithmetic, compares and casts. flags bits 0-7 name the compute type T, the type numpy
+ * computes in: an integer nk_dtype (operands, which T holds exactly, are read as integers; results wrap to T's
+ * width), NK_F32 (operands rounded to fp32, one fp32 operation) or NK_F64 (compares in double). NKX_I_SCALAR:
+ * the second operand is value (already T's value); NKX_I_REVERSE: the operands swap. The result is stored as
+ * the interpreter encodes it: to an integer o0 wrapped (from an integer) or rounded to nearest even with
+ * saturation and NaN as 0 (from a float); to a float o0 rounded to nearest even; to bool as != 0. Compares and
+ * logical ops give 0/1. Shifts follow numpy: a count outside [0, bits of T) gives 0 (<<) or the sign (>>).
+ */
+typedef enum nkx_iop {
+    NKX_I_CAST = 0, NKX_I_ADD, NKX_I_SUB, NKX_I_MUL, NKX_I_MAX, NKX_I_MIN, NKX_I_AND, NKX_I_OR, NKX_I_XOR,
+    NKX_I_SHL, NKX_I_SHR, NKX_I_EQ, NKX_I_NE, NKX_I_LT, NKX_I_LE, NKX_I_GT, NKX_I_GE, NKX_I_LAND, NKX_I_LOR,
+    NKX_I_LXOR, NKX_I_NEG, NKX_I_ABS, NKX_I_INVERT, NKX_I_LNOT, NKX_I_COUNT
+} nkx_iop;
+#define NKX_I_SCALAR (1 << 8)
+#define NKX_I_REVERSE (1 << 9)
 
 /*
  * Fused groups: the tracer sets NKX_FUSE_NEXT in flags on every step of a run but the last when the run's

@@ -140,6 +140,8 @@ static nk_status nkx_copy_if(const nkx_instr *in, void *const *bases, int64_t nb
     return NK_SUCCESS;
 }
 
+static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases);
+
 static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbases) {
     nk_tensor t[3];
     if (in->nops < 1 || in->nops > 3) return NK_INVALID;
@@ -177,6 +179,8 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
         return nk_gemm(&t[0], &t[1], &t[2], NULL, 1.0, (in->flags & 1) ? 1.0 : 0.0);
     case NKX_COPY_IF:
         return nkx_copy_if(in, bases, nbases);
+    case NKX_INT:
+        return nkx_int(in, bases, nbases);
     case NKX_REDUCE:
         if (in->nops != 2) return NK_INVALID;
         return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)(in->flags & ~NKX_FUSE_NEXT), (nk_reduce_op)in->op);
@@ -346,6 +350,277 @@ static void nkx_it_init(nkx_it *it, const nkx_instr *in, int k0, int32_t d0, int
         for (int32_t d = 0; d < nd; d++) it->strides[k][nd - 1 - d] = o->strides[d + d0] * es;
     }
     nkx_it_coalesce(it);
+}
+
+/*
+ * NKX_INT (see neuron_kernels.h): integer tiles with the interpreter's numpy semantics. A run of up to
+ * NKX_IRUN elements of each operand is read into int64 / float / double buffers, computed, and stored with
+ * the interpreter's encoding, so a destination that is also a source (the same view) is read before written.
+ */
+#define NKX_IRUN 256
+
+static bool nkx_int_dtype(int32_t t) {
+    return t == NK_I8 || t == NK_I16 || t == NK_I32 || t == NK_I64 || t == NK_U8 || t == NK_U16 || t == NK_U32;
+}
+
+static int nkx_int_bits(nk_dtype t) {
+    switch (t) {
+    case NK_I8: case NK_U8: case NK_BOOL: return 8;
+    case NK_I16: case NK_U16: return 16;
+    case NK_I32: case NK_U32: return 32;
+    default: return 64;
+    }
+}
+
+/* v wrapped to T's width (two's complement, as numpy's integer loops). */
+static inline int64_t nkx_wrap(int64_t v, nk_dtype t) {
+    switch (t) {
+    case NK_I8: return (int8_t)(uint8_t)(uint64_t)v;
+    case NK_U8: return (uint8_t)(uint64_t)v;
+    case NK_I16: return (int16_t)(uint16_t)(uint64_t)v;
+    case NK_U16: return (uint16_t)(uint64_t)v;
+    case NK_I32: return (int32_t)(uint32_t)(uint64_t)v;
+    case NK_U32: return (uint32_t)(uint64_t)v;
+    default: return v;
+    }
+}
+
+static inline int64_t nkx_iget(const char *p, nk_dtype t) {
+    switch (t) {
+    case NK_BOOL:
+    case NK_U8: return *(const uint8_t *)p;
+    case NK_I8: return *(const int8_t *)p;
+    case NK_I16: return *(const int16_t *)p;
+    case NK_U16: return *(const uint16_t *)p;
+    case NK_I32: return *(const int32_t *)p;
+    case NK_U32: return *(const uint32_t *)p;
+    case NK_I64: return *(const int64_t *)p;
+    default: return 0;
+    }
+}
+
+static inline float nkx_fget(const char *p, nk_dtype t) {
+    return nk_is_half_or_float(t) ? nk_load_f32(p, t) : (float)nkx_iget(p, t);
+}
+
+static inline double nkx_dget(const char *p, nk_dtype t) {
+    return nk_is_half_or_float(t) ? (double)nk_load_f32(p, t) : (double)nkx_iget(p, t);
+}
+
+/* The interpreter's bf16 encoding: round to nearest even; a NaN keeps its sign and top payload bits, quieted. */
+static inline uint16_t nkx_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (f != f) return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static inline void nkx_fput(char *p, nk_dtype t, float v) {
+    if (t == NK_BF16)
+        *(uint16_t *)p = nkx_bf16(v);
+    else
+        nk_store_f32(p, t, v);
+}
+
+static inline void nkx_iput(char *p, nk_dtype t, int64_t v) {
+    switch (t) {
+    case NK_BOOL: *(uint8_t *)p = v != 0; break;
+    case NK_U8:
+    case NK_I8: *(uint8_t *)p = (uint8_t)(uint64_t)v; break;
+    case NK_I16:
+    case NK_U16: *(uint16_t *)p = (uint16_t)(uint64_t)v; break;
+    case NK_I32:
+    case NK_U32: *(uint32_t *)p = (uint32_t)(uint64_t)v; break;
+    case NK_I64: *(int64_t *)p = v; break;
+    default: nkx_fput(p, t, (float)v); break;  /* int64 -> fp32 rounds to nearest, then to the float dtype */
+    }
+}
+
+/* A float value into t: floats rounded, integers rounded to nearest even, saturated, NaN as 0; bool != 0. */
+static inline void nkx_dput(char *p, nk_dtype t, double v) {
+    if (nk_is_half_or_float(t)) {
+        nkx_fput(p, t, (float)v);
+        return;
+    }
+    if (t == NK_BOOL) {
+        *(uint8_t *)p = v != 0.0 || v != v;
+        return;
+    }
+    double lo, hi;
+    switch (t) {
+    case NK_I8: lo = -128.0, hi = 127.0; break;
+    case NK_U8: lo = 0.0, hi = 255.0; break;
+    case NK_I16: lo = -32768.0, hi = 32767.0; break;
+    case NK_U16: lo = 0.0, hi = 65535.0; break;
+    case NK_I32: lo = -2147483648.0, hi = 2147483647.0; break;
+    case NK_U32: lo = 0.0, hi = 4294967295.0; break;
+    default: lo = -9223372036854775808.0, hi = 9223372036854775808.0; break;  /* 2^63 saturates to 2^63 - 1 */
+    }
+    int64_t r;
+    if (v != v)
+        r = 0;
+    else if (v <= lo)
+        r = t == NK_I64 ? INT64_MIN : (int64_t)lo;
+    else if (v >= hi)
+        r = t == NK_I64 ? INT64_MAX : (int64_t)hi;
+    else
+        r = (int64_t)__builtin_rint(v);
+    nkx_iput(p, t, r);
+}
+
+static inline int64_t nkx_iop2(int32_t op, int64_t a, int64_t b, nk_dtype t) {
+    const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    const int bits = nkx_int_bits(t);
+    switch (op) {
+    case NKX_I_CAST: return a;
+    case NKX_I_ADD: return nkx_wrap((int64_t)(ua + ub), t);
+    case NKX_I_SUB: return nkx_wrap((int64_t)(ua - ub), t);
+    case NKX_I_MUL: return nkx_wrap((int64_t)(ua * ub), t);
+    case NKX_I_MAX: return a < b ? b : a;
+    case NKX_I_MIN: return b < a ? b : a;
+    case NKX_I_AND: return a & b;
+    case NKX_I_OR: return a | b;
+    case NKX_I_XOR: return a ^ b;
+    case NKX_I_SHL: return b >= 0 && b < bits ? nkx_wrap((int64_t)(ua << b), t) : 0;
+    case NKX_I_SHR: return b >= 0 && b < bits ? a >> b : (a < 0 ? -1 : 0);
+    case NKX_I_EQ: return a == b;
+    case NKX_I_NE: return a != b;
+    case NKX_I_LT: return a < b;
+    case NKX_I_LE: return a <= b;
+    case NKX_I_GT: return a > b;
+    case NKX_I_GE: return a >= b;
+    case NKX_I_LAND: return a != 0 && b != 0;
+    case NKX_I_LOR: return a != 0 || b != 0;
+    case NKX_I_LXOR: return (a != 0) != (b != 0);
+    case NKX_I_NEG: return nkx_wrap((int64_t)(0u - ua), t);
+    case NKX_I_ABS: return nkx_wrap(a < 0 ? (int64_t)(0u - ua) : a, t);
+    case NKX_I_INVERT: return nkx_wrap(~a, t);
+    case NKX_I_LNOT: return a == 0;
+    default: return 0;
+    }
+}
+
+/* fp32 arithmetic (numpy's float32 loops; maximum/minimum propagate the first NaN as numpy's scalar loop). */
+static inline float nkx_fop2(int32_t op, float a, float b) {
+    switch (op) {
+    case NKX_I_CAST: return a;
+    case NKX_I_ADD: return a + b;
+    case NKX_I_SUB: return a - b;
+    case NKX_I_MUL: return a * b;
+    case NKX_I_MAX: return (a >= b || a != a) ? a : b;
+    case NKX_I_MIN: return (a <= b || a != a) ? a : b;
+    case NKX_I_NEG: return -a;
+    case NKX_I_ABS: return fabsf(a);
+    default: return NAN;
+    }
+}
+
+/* Compares and logical ops in double (exact for every operand the tracer sends here). */
+static inline int64_t nkx_dop2(int32_t op, double a, double b) {
+    switch (op) {
+    case NKX_I_EQ: return a == b;
+    case NKX_I_NE: return a != b;
+    case NKX_I_LT: return a < b;
+    case NKX_I_LE: return a <= b;
+    case NKX_I_GT: return a > b;
+    case NKX_I_GE: return a >= b;
+    case NKX_I_LAND: return (a != 0.0 || a != a) && (b != 0.0 || b != b);
+    case NKX_I_LOR: return (a != 0.0 || a != a) || (b != 0.0 || b != b);
+    case NKX_I_LXOR: return (a != 0.0 || a != a) != (b != 0.0 || b != b);
+    case NKX_I_LNOT: return a == 0.0;
+    default: return 0;
+    }
+}
+
+static bool nkx_iop_unary(int32_t op) {
+    return op == NKX_I_CAST || op == NKX_I_NEG || op == NKX_I_ABS || op == NKX_I_INVERT || op == NKX_I_LNOT;
+}
+
+static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases) {
+    const int32_t op = in->op, dom = in->flags & 0xFF;
+    const bool scalar = (in->flags & NKX_I_SCALAR) != 0, rev = (in->flags & NKX_I_REVERSE) != 0;
+    const bool unary = nkx_iop_unary(op);
+    if (op < 0 || op >= NKX_I_COUNT || in->nops != (unary || scalar ? 2 : 3) || (unary && scalar))
+        return NK_INVALID;
+    const bool cmp = (op >= NKX_I_EQ && op <= NKX_I_LXOR) || op == NKX_I_LNOT;
+    if (nkx_int_dtype(dom)) {
+        /* integer compute */
+    } else if (dom == NK_F32) {
+        if (cmp || op == NKX_I_INVERT || (op >= NKX_I_AND && op <= NKX_I_SHR)) return NK_INVALID;
+    } else if (dom == NK_F64) {
+        if (!cmp) return NK_INVALID;
+    } else {
+        return NK_INVALID;
+    }
+    if (scalar && nkx_int_dtype(dom) && !(in->value >= -9007199254740992.0 && in->value <= 9007199254740992.0))
+        return NK_INVALID;
+    nk_tensor t[3];
+    for (int k = 0; k < in->nops; k++) {
+        const nk_status s = nkx_tensor(&in->o[k], bases, nbases, &t[k]);
+        if (s != NK_SUCCESS) return s;
+        if (t[k].dtype == NK_F64 || t[k].dtype == NK_U64 || t[k].ndim != t[0].ndim) return NK_INVALID;
+        for (int32_t d = 0; d < t[0].ndim; d++)
+            if (t[k].sizes[d] != t[0].sizes[d] || t[k].sizes[d] < 0) return NK_INVALID;
+        /* an integer compute type holds its operands: no float operand */
+        if (k > 0 && nkx_int_dtype(dom) && !nkx_int_dtype(t[k].dtype) && t[k].dtype != NK_BOOL) return NK_INVALID;
+    }
+    nkx_it it;
+    nkx_it_init(&it, in, 0, 0, t[0].ndim ? t[0].sizes[0] : 1);
+    for (int32_t d = 0; d < it.ndim; d++)
+        if (it.sizes[d] == 0) return NK_SUCCESS;
+    const nk_dtype dt0 = t[0].dtype, dt1 = t[1].dtype, dt2 = in->nops > 2 ? t[2].dtype : dt1;
+    const int64_t iv = nkx_int_dtype(dom) ? (int64_t)in->value : 0;
+    const float fv = (float)in->value;
+    const double dv = in->value;
+    int64_t ia[NKX_IRUN], ib[NKX_IRUN], ir[NKX_IRUN];
+    double dr[NKX_IRUN];
+    char *p[3];
+    int64_t idx[NKX_MAX_DIMS] = {0};
+    for (int k = 0; k < in->nops; k++) p[k] = (char *)t[k].data;
+    const int64_t s0 = it.strides[0][0], s1 = it.strides[1][0], s2 = in->nops > 2 ? it.strides[2][0] : 0;
+    for (;;) {
+        for (int64_t j = 0; j < it.sizes[0]; j += NKX_IRUN) {
+            const int64_t n = it.sizes[0] - j < NKX_IRUN ? it.sizes[0] - j : NKX_IRUN;
+            const char *q1 = p[1] + j * s1, *q2 = in->nops > 2 ? p[2] + j * s2 : NULL;
+            char *q0 = p[0] + j * s0;
+            bool as_int = true;
+            if (nkx_int_dtype(dom)) {
+                for (int64_t i = 0; i < n; i++) ia[i] = nkx_iget(q1 + i * s1, dt1);
+                if (q2)
+                    for (int64_t i = 0; i < n; i++) ib[i] = nkx_iget(q2 + i * s2, dt2);
+                else
+                    for (int64_t i = 0; i < n; i++) ib[i] = iv;
+                const nk_dtype tt = (nk_dtype)dom;
+                if (rev)
+                    for (int64_t i = 0; i < n; i++) ir[i] = nkx_iop2(op, ib[i], ia[i], tt);
+                else
+                    for (int64_t i = 0; i < n; i++) ir[i] = nkx_iop2(op, ia[i], ib[i], tt);
+            } else if (dom == NK_F32) {
+                as_int = false;
+                for (int64_t i = 0; i < n; i++) {
+                    const float a = nkx_fget(q1 + i * s1, dt1), b = q2 ? nkx_fget(q2 + i * s2, dt2) : fv;
+                    dr[i] = (double)(rev ? nkx_fop2(op, b, a) : nkx_fop2(op, a, b));
+                }
+            } else {
+                for (int64_t i = 0; i < n; i++) {
+                    const double a = nkx_dget(q1 + i * s1, dt1), b = q2 ? nkx_dget(q2 + i * s2, dt2) : dv;
+                    ir[i] = rev ? nkx_dop2(op, b, a) : nkx_dop2(op, a, b);
+                }
+            }
+            if (as_int)
+                for (int64_t i = 0; i < n; i++) nkx_iput(q0 + i * s0, dt0, ir[i]);
+            else
+                for (int64_t i = 0; i < n; i++) nkx_dput(q0 + i * s0, dt0, dr[i]);
+        }
+        int32_t d = 1;
+        for (; d < it.ndim; d++) {
+            for (int k = 0; k < in->nops; k++) p[k] += it.strides[k][d];
+            if (++idx[d] < it.sizes[d]) break;
+            for (int k = 0; k < in->nops; k++) p[k] -= it.strides[k][d] * it.sizes[d];
+            idx[d] = 0;
+        }
+        if (d >= it.ndim) return NK_SUCCESS;
+    }
 }
 
 static bool nkx_unary_fusable(int32_t op) { return op >= NK_NEG && op <= NK_RELU; }

@@ -359,6 +359,91 @@ static void test_bad_plans(void) {
     CHECK(nkx_run(p, 1, bases, R_COUNT, NULL) == NK_INVALID);
 }
 
+/* NKX_INT: one step over n elements of 1-D operands (region R_X: a, R_W: b, R_OUT: out). */
+static nk_status int_step(int32_t op, int32_t flags, double value, nk_dtype tout, void *out, nk_dtype ta, void *a,
+                          nk_dtype tb, void *b, int64_t n) {
+    int64_t sz[1] = {n}, st[1] = {1};
+    float arena[4];
+    void *bases[R_COUNT] = {arena, g_consts, a, b ? b : a, out};
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    nkx_instr p = ins(NKX_INT, op, value, flags, b ? 3 : 2, opd(R_OUT, tout, 0, 1, sz, st), opd(R_X, ta, 0, 1, sz, st),
+                      b ? opd(R_W, tb, 0, 1, sz, st) : none);
+    return nkx_run(&p, 1, bases, R_COUNT, NULL);
+}
+
+static void test_int_ops(void) {
+    /* int8 arithmetic wraps; max/min exact */
+    int8_t a8[6] = {100, -100, 127, -128, 5, -3}, b8[6] = {100, -100, 1, -1, 7, 2}, o8[6];
+    CHECK(int_step(NKX_I_ADD, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, b8, 6) == NK_SUCCESS);
+    CHECK(o8[0] == -56 && o8[1] == 56 && o8[2] == -128 && o8[3] == 127 && o8[4] == 12 && o8[5] == -1);
+    CHECK(int_step(NKX_I_MUL, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, b8, 6) == NK_SUCCESS);
+    CHECK(o8[0] == 16 && o8[2] == 127 && o8[3] == -128 && o8[4] == 35 && o8[5] == -6);
+    CHECK(int_step(NKX_I_MIN, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, b8, 6) == NK_SUCCESS);
+    CHECK(o8[0] == 100 && o8[1] == -100 && o8[2] == 1 && o8[3] == -128 && o8[4] == 5 && o8[5] == -3);
+    /* shifts as numpy: counts outside [0, 8) give 0 (<<) or the sign (>>) */
+    int8_t c8[6] = {1, 8, -1, 1, 9, 9}, s8[6] = {-128, 5, -3, -128, -7, 7};
+    CHECK(int_step(NKX_I_SHL, NK_I8, 0, NK_I8, o8, NK_I8, s8, NK_I8, c8, 6) == NK_SUCCESS);
+    CHECK(o8[0] == 0 && o8[1] == 0 && o8[2] == 0 && o8[3] == 0 && o8[4] == 0 && o8[5] == 0);
+    CHECK(int_step(NKX_I_SHR, NK_I8, 0, NK_I8, o8, NK_I8, s8, NK_I8, c8, 6) == NK_SUCCESS);
+    CHECK(o8[0] == -64 && o8[1] == 0 && o8[2] == -1 && o8[3] == -64 && o8[4] == -1 && o8[5] == 0);
+    /* int32 products wrap in int32; computed in int64 and stored to int8 they wrap at the store */
+    int32_t a32[3] = {65536, -2147483647 - 1, 46341}, b32[3] = {65536, -1, 46341}, o32[3];
+    CHECK(int_step(NKX_I_MUL, NK_I32, 0, NK_I32, o32, NK_I32, a32, NK_I32, b32, 3) == NK_SUCCESS);
+    CHECK(o32[0] == 0 && o32[1] == -2147483647 - 1 && o32[2] == -2147479015);
+    CHECK(int_step(NKX_I_ADD, NK_I64, 0, NK_I8, o8, NK_I32, a32, NK_I32, b32, 3) == NK_SUCCESS);
+    CHECK(o8[0] == 0 && o8[1] == -1 && o8[2] == 10);
+    /* a reversed scalar in uint8: 3 - x wraps */
+    uint8_t u8[3] = {5, 3, 0}, ou8[3];
+    CHECK(int_step(NKX_I_SUB, NK_U8 | NKX_I_SCALAR | NKX_I_REVERSE, 3.0, NK_U8, ou8, NK_U8, u8, NK_U8, NULL, 3) ==
+          NK_SUCCESS);
+    CHECK(ou8[0] == 254 && ou8[1] == 0 && ou8[2] == 3);
+    /* float -> int: nearest even, saturated, NaN as 0; -> bool: != 0 (NaN true) */
+    float f[8] = {127.5f, -128.5f, 2.5f, 3.5f, NAN, INFINITY, -INFINITY, -0.0f};
+    CHECK(int_step(NKX_I_CAST, NK_F32, 0, NK_I8, o8, NK_F32, f, 0, NULL, 6) == NK_SUCCESS);
+    CHECK(o8[0] == 127 && o8[1] == -128 && o8[2] == 2 && o8[3] == 4 && o8[4] == 0 && o8[5] == 127);
+    float big[4] = {3e9f, -3e9f, 2147483520.0f, INFINITY};
+    CHECK(int_step(NKX_I_CAST, NK_F32, 0, NK_I32, o32, NK_F32, big, 0, NULL, 3) == NK_SUCCESS);
+    CHECK(o32[0] == 2147483647 && o32[1] == -2147483647 - 1 && o32[2] == 2147483520);
+    uint32_t ou32[4];
+    float ub[4] = {-1.0f, 5e9f, 4294967040.0f, 0.5f};
+    CHECK(int_step(NKX_I_CAST, NK_F32, 0, NK_U32, ou32, NK_F32, ub, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(ou32[0] == 0 && ou32[1] == 4294967295u && ou32[2] == 4294967040u && ou32[3] == 0);
+    uint8_t bo[8];
+    CHECK(int_step(NKX_I_CAST, NK_F32, 0, NK_BOOL, bo, NK_F32, f, 0, NULL, 8) == NK_SUCCESS);
+    CHECK(bo[0] == 1 && bo[4] == 1 && bo[7] == 0);
+    /* int -> float rounds to nearest: 16777217 -> 16777216; the fp32 domain rounds operands first */
+    int32_t i24[2] = {16777217, -16777219};
+    float of[2], zero[2] = {0.0f, 0.5f};
+    CHECK(int_step(NKX_I_CAST, NK_I32, 0, NK_F32, of, NK_I32, i24, 0, NULL, 2) == NK_SUCCESS);
+    CHECK(of[0] == 16777216.0f && of[1] == -16777220.0f);
+    CHECK(int_step(NKX_I_ADD, NK_F32, 0, NK_F32, of, NK_I32, i24, NK_F32, zero, 2) == NK_SUCCESS);
+    CHECK(of[0] == 16777216.0f && of[1] == -16777220.0f);
+    uint16_t obf[2];
+    CHECK(int_step(NKX_I_CAST, NK_I32, 0, NK_BF16, obf, NK_I32, i24, 0, NULL, 2) == NK_SUCCESS);
+    CHECK(obf[0] == 0x4B80 && obf[1] == 0xCB80);
+    /* compares in double are exact: 16777217 != 16777216.0f; results 0/1 */
+    float ff[2] = {16777216.0f, -16777220.0f};
+    CHECK(int_step(NKX_I_EQ, NK_F64, 0, NK_I32, o32, NK_I32, i24, NK_F32, ff, 2) == NK_SUCCESS);
+    CHECK(o32[0] == 0 && o32[1] == 0);
+    CHECK(int_step(NKX_I_GT, NK_F64, 0, NK_F32, of, NK_I32, i24, NK_F32, ff, 2) == NK_SUCCESS);
+    CHECK(of[0] == 1.0f && of[1] == 1.0f);
+    /* in place: the run is read before it is written */
+    int16_t x16[300];
+    for (int i = 0; i < 300; i++) x16[i] = (int16_t)(i * 300 - 30000);
+    CHECK(int_step(NKX_I_MUL, NK_I16 | NKX_I_SCALAR, 3.0, NK_I16, x16, NK_I16, x16, 0, NULL, 300) == NK_SUCCESS);
+    int wrong = 0;
+    for (int i = 0; i < 300; i++) wrong += x16[i] != (int16_t)(uint16_t)((i * 300 - 30000) * 3);
+    CHECK_MSG(wrong == 0, "in-place int16 multiply: %d wrong", wrong);
+    /* refused: a unary op with two sources, a float operand in an integer domain, a compare in the fp32 domain,
+     * an unknown op, an integer scalar beyond 2^53 */
+    CHECK(int_step(NKX_I_NEG, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, b8, 2) == NK_INVALID);
+    CHECK(int_step(NKX_I_ADD, NK_I32, 0, NK_I32, o32, NK_I32, a32, NK_F32, ff, 2) == NK_INVALID);
+    CHECK(int_step(NKX_I_LT, NK_F32, 0, NK_I32, o32, NK_I32, a32, NK_F32, ff, 2) == NK_INVALID);
+    CHECK(int_step(NKX_I_COUNT, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, b8, 2) == NK_INVALID);
+    CHECK(int_step(NKX_I_ADD, NK_I32 | NKX_I_SCALAR, 1e300, NK_I32, o32, NK_I32, a32, 0, NULL, 2) == NK_INVALID);
+}
+
 int main(void) {
     nk_threads_set(2); /* large groups split their row blocks over the pool */
     const int64_t shapes[][3] = {
@@ -370,6 +455,7 @@ int main(void) {
         test_chain(shapes[i][0], shapes[i][1], NK_BF16, shapes[i][2]);
     }
     test_bad_plans();
+    test_int_ops();
     printf("test_nki_exec: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
