@@ -784,6 +784,44 @@ def _fuse(ins, regions):
     return groups
 
 
+JOIN_NEXT = 1 << 29  # nki_exec.c's NKX_JOIN_NEXT: the next fused group shares no bytes with this one
+JOIN_MAX = 16  # nki_exec.c's NKX_JOIN_MAX
+
+
+def _join(ins, span, regions):
+    """Marks runs of back-to-back fused groups that share no bytes (each 128-row tile of an rmsnorm is its own
+    group) with JOIN_NEXT on each group's last step but the run's last: the executor runs their row blocks in one
+    parallel region (one fork/join per call, not one per tile). Returns {group start: run (start, end)}."""
+    starts = sorted({g for g in span if g is not None and g[1] > g[0]})
+    runs = {}
+    k = 0
+    while k < len(starts):
+        run = [starts[k]]
+        ops = [o for i in range(starts[k][0], starts[k][1] + 1) for o in ins[i][4]]
+        writes = [ins[i][4][0] for i in range(starts[k][0], starts[k][1] + 1)]
+        while k + 1 < len(starts) and len(run) < JOIN_MAX:
+            a, b = run[-1], starts[k + 1]
+            if b[0] != a[1] + 1 or b[1] - b[0] + 1 > FUSE_MAX or a[1] - a[0] + 1 > FUSE_MAX:
+                break
+            bops = [o for i in range(b[0], b[1] + 1) for o in ins[i][4]]
+            bw = [ins[i][4][0] for i in range(b[0], b[1] + 1)]
+            if any(_overlap(w, o, regions) for w in writes for o in bops) or \
+                    any(_overlap(w, o, regions) for w in bw for o in ops):
+                break
+            run.append(b)
+            ops += bops
+            writes += bw
+            k += 1
+        k += 1
+        if len(run) > 1:
+            for g in run[:-1]:
+                kd, op, v, f, o = ins[g[1]]
+                ins[g[1]] = (kd, op, v, f | JOIN_NEXT, o)
+            for g in run:
+                runs[g] = (run[0][0], run[-1][1])
+    return runs
+
+
 def _scratch_tiles(tr, span):
     """{(step, operand): slot + 1} for the on-chip tiles only one fused group touches (nki_exec.c, nkx_slots): the
     executor keeps such a tile's current rows in a per-worker scratch block instead of its arena bytes. Every
@@ -898,6 +936,10 @@ class Plan:
             span[i:j + 1] = [(i, j)] * (j + 1 - i)
             i = j + 1
         pads = _scratch_tiles(tr, span) if self.fused else {}
+        # Joined groups run at once: every tile of the run lives through the whole run (no arena reuse inside it).
+        runs = _join(tr.ins, span, tr.regions) if self.fused and os.environ.get("NKI_JOIN", "1") != "0" else {}
+        self.joined = len(runs)
+        span = [runs.get(g, g) for g in span]
         # Arena: on-chip regions (tiles and temporaries) live from their first to their last step; a region
         # whose life is over gives its bytes back (first fit, 64-byte aligned).
         first, last = {}, {}

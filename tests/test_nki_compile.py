@@ -1050,3 +1050,30 @@ def test_int_masked_replays(monkeypatch):
     ref, out = both(int_masked, lambda: (x.to(dev),), monkeypatch)
     _same(out, ref)
     assert st_ok(nki.compile_stats())
+
+
+def _plans():
+    return [p for p in list(_compile._PLANS.values()) + list(_compile._FAST.values()) if isinstance(p, _compile.Plan)]
+
+
+@pytest.mark.parametrize("name,rows", [("rmsnorm", 512), ("rmsnorm", 333), ("softmax", 640)])
+def test_joined_groups(monkeypatch, name, rows):
+    """Back-to-back fused groups that share no bytes (one per 128-row tile) run in one parallel
+    region (NKX_JOIN_NEXT; NKI_JOIN=0 runs them one after another): bitwise equal, as every row is computed
+    by the same loops either way."""
+    dev = _dev()
+    x = _randn(rows, 1024, seed=70)
+    w = _randn(1024, seed=71)
+    bench = _bench()
+    kern, mk = (bench.rmsnorm_kernel, lambda: (x.to(dev), w.to(dev))) if name == "rmsnorm" else \
+        (bench.softmax_kernel, lambda: (x.to(dev),))
+    monkeypatch.setenv("NKI_JOIN", "0")
+    _, apart = both(kern, mk, monkeypatch)
+    assert all(p.joined == 0 for p in _plans())
+    nki.reset_compile_cache()
+    monkeypatch.setenv("NKI_JOIN", "1")
+    ref, joined = both(kern, mk, monkeypatch)
+    # every full tile joins (a tail tile's group follows its masked load, so it runs on its own)
+    assert any(p.joined >= rows // 128 for p in _plans()), [(p.steps, p.fused, p.joined) for p in _plans()]
+    _same(joined, apart)
+    torch.testing.assert_close(joined, ref, rtol=1e-5, atol=1e-6)

@@ -13,7 +13,17 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+
+/*
+ * Joined groups: the tracer sets NKX_JOIN_NEXT on the last step of a fused group (up to NKX_JOIN_MAX in a row)
+ * when the next instruction starts a fused group that shares no bytes with this one (the tiles of an rmsnorm's
+ * 128-row tiles, each its own group): the executor then runs the row blocks of all of them in one parallel
+ * region, one fork/join of the pool per call instead of one per tile. Mirrored in nki/_compile.py.
+ */
+#define NKX_JOIN_NEXT ((int32_t)1 << 29)
+#define NKX_JOIN_MAX 16
 
 NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
@@ -183,7 +193,8 @@ static nk_status nkx_step(const nkx_instr *in, void *const *bases, int64_t nbase
         return nkx_int(in, bases, nbases);
     case NKX_REDUCE:
         if (in->nops != 2) return NK_INVALID;
-        return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)(in->flags & ~NKX_FUSE_NEXT), (nk_reduce_op)in->op);
+        return nk_reduce(&t[0], &t[1], (uint64_t)(uint32_t)(in->flags & ~(NKX_FUSE_NEXT | NKX_JOIN_NEXT)),
+                         (nk_reduce_op)in->op);
     default:
         return NK_INVALID;
     }
@@ -653,7 +664,7 @@ static nk_status nkx_fstep_init(nkx_fstep *f, const nk_ew_f32_table *tab, const 
     }
     if (in->kind == NKX_REDUCE) {
         const nkx_operand *dst = &in->o[0], *src = &in->o[1];
-        const uint32_t dims = (uint32_t)(in->flags & ~NKX_FUSE_NEXT);
+        const uint32_t dims = (uint32_t)(in->flags & ~(NKX_FUSE_NEXT | NKX_JOIN_NEXT));
         if ((dims & 1u) || in->op < NK_REDUCE_SUM || in->op > NK_REDUCE_AMIN) return NK_INVALID;
         int64_t per_dst = 1;
         for (int32_t d = 1; d < dst->ndim; d++) per_dst *= dst->sizes[d];
@@ -987,53 +998,117 @@ static nk_status nkx_slots(nkx_fgroup *g, const nkx_instr *gi, int64_t *failed_a
     return NK_SUCCESS;
 }
 
+/* Prepares the part gi[0..m) of a fused group of n steps: each step's loops and operands, the scratch slots. */
+static nk_status nkx_group_prepare(nkx_fgroup *g, const nkx_instr *gi, int64_t m, int64_t n, void *const *bases,
+                                   int64_t nbases, int64_t *failed_at) {
+    if (gi[0].nops < 1 || gi[0].o[0].ndim < 1 || gi[0].o[0].ndim > NKX_MAX_DIMS) {
+        *failed_at = 0;
+        return NK_INVALID;
+    }
+    const int64_t rows = gi[0].o[0].sizes[0];
+    int64_t per_row = 1;
+    for (int64_t k = 0; k < m; k++) {
+        for (int32_t q = 0; q < gi[k].nops && q < 3; q++) {
+            int64_t e = 1;
+            for (int32_t d = 1; d < gi[k].o[q].ndim && d < NKX_MAX_DIMS; d++) e *= gi[k].o[q].sizes[d];
+            if (e > per_row) per_row = e;
+        }
+    }
+    int64_t block = NKX_FUSE_ELEMS / per_row;
+    if (block < 1) block = 1;
+    g->tab = nk_ew_f32_select();
+    g->n = (int32_t)m;
+    g->rows = rows;
+    g->block = block;
+    for (int64_t k = 0; k < m; k++) {
+        const nk_status s = nkx_fstep_init(&g->s[k], g->tab, &gi[k], bases, nbases, rows, block);
+        if (s != NK_SUCCESS) {
+            *failed_at = k;
+            return s;
+        }
+    }
+    /* a split group's scratch tiles would have to outlive their part: those stay on the arena */
+    return n <= NKX_FUSE_MAX ? nkx_slots(g, gi, failed_at) : NK_SUCCESS;
+}
+
+static int64_t nkx_group_blocks(const nkx_fgroup *g) { return g->rows > 0 ? (g->rows + g->block - 1) / g->block : 0; }
+
 /* Runs the fused group ins[0..n) (see NKX_FUSE_NEXT); *failed_at: the offending step on NK_INVALID. */
 static nk_status nkx_group(const nkx_instr *ins, int64_t n, void *const *bases, int64_t nbases, bool inner,
                            int64_t *failed_at) {
     for (int64_t g0 = 0; g0 < n; g0 += NKX_FUSE_MAX) {
         const int64_t m = n - g0 < NKX_FUSE_MAX ? n - g0 : NKX_FUSE_MAX;
         const nkx_instr *gi = ins + g0;
-        if (gi[0].nops < 1 || gi[0].o[0].ndim < 1 || gi[0].o[0].ndim > NKX_MAX_DIMS) {
-            *failed_at = g0;
-            return NK_INVALID;
-        }
-        const int64_t rows = gi[0].o[0].sizes[0];
-        int64_t per_row = 1;
-        const bool large = nkx_group_large(gi, m);
-        for (int64_t k = 0; k < m; k++) {
-            for (int32_t q = 0; q < gi[k].nops && q < 3; q++) {
-                int64_t e = 1;
-                for (int32_t d = 1; d < gi[k].o[q].ndim && d < NKX_MAX_DIMS; d++) e *= gi[k].o[q].sizes[d];
-                if (e > per_row) per_row = e;
-            }
-        }
-        int64_t block = NKX_FUSE_ELEMS / per_row;
-        if (block < 1) block = 1;
         nkx_fgroup g;
-        g.tab = nk_ew_f32_select();
-        g.n = (int32_t)m;
-        g.rows = rows;
-        g.block = block;
-        for (int64_t k = 0; k < m; k++) {
-            const nk_status s = nkx_fstep_init(&g.s[k], g.tab, &gi[k], bases, nbases, rows, block);
-            if (s != NK_SUCCESS) {
-                *failed_at = g0 + k;
-                return s;
-            }
-        }
-        /* a split group's scratch tiles would have to outlive their part: those stay on the arena */
-        const nk_status ss = n <= NKX_FUSE_MAX ? nkx_slots(&g, gi, failed_at) : NK_SUCCESS;
-        if (ss != NK_SUCCESS) {
+        const nk_status s = nkx_group_prepare(&g, gi, m, n, bases, nbases, failed_at);
+        if (s != NK_SUCCESS) {
             *failed_at += g0;
-            return ss;
+            return s;
         }
-        if (rows <= 0) continue;
-        const int64_t nblocks = (rows + block - 1) / block;
-        if (large && !inner)
+        const int64_t nblocks = nkx_group_blocks(&g);
+        if (nblocks == 0) continue;
+        if (nkx_group_large(gi, m) && !inner)
             nk_parallel_for(nblocks, 1, nkx_fgroup_run, &g);
         else
             nkx_fgroup_run(&g, 0, nblocks);
     }
+    return NK_SUCCESS;
+}
+
+static int64_t nkx_group_end(const nkx_instr *ins, int64_t i, int64_t n);
+
+typedef struct nkx_joined {
+    nkx_fgroup *g;
+    int32_t n;
+    int64_t first[NKX_JOIN_MAX + 1];  /* the joined block index of each group's first block */
+} nkx_joined;
+
+static void nkx_joined_run(void *ctx, int64_t b, int64_t e) {
+    const nkx_joined *j = ctx;
+    int32_t k = 0;
+    for (int64_t x = b; x < e; x++) {
+        while (x >= j->first[k + 1]) k++;
+        nkx_fgroup_run(&j->g[k], x - j->first[k], x - j->first[k] + 1);
+    }
+}
+
+/* The groups starting at ins[i] joined by NKX_JOIN_NEXT, in one parallel region; *end: the step after them.
+ * NK_UNSUPPORTED (nothing run) when fewer than two groups join or together they are too small for the pool. */
+static nk_status nkx_join(const nkx_instr *ins, int64_t i, int64_t n, void *const *bases, int64_t nbases,
+                          int64_t *end, int64_t *failed_at) {
+    int64_t starts[NKX_JOIN_MAX + 1], work = 0;
+    int32_t ng = 0;
+    int64_t j = i;
+    for (;;) {
+        const int64_t g = nkx_group_end(ins, j, n);
+        if (g - j < 2 || g - j > NKX_FUSE_MAX) break;
+        starts[ng++] = j;
+        starts[ng] = g;
+        for (int64_t k = j; k < g; k++) work += nkx_work(&ins[k]);
+        j = g;
+        if (ng == NKX_JOIN_MAX || !(ins[g - 1].flags & NKX_JOIN_NEXT) || g >= n) break;
+    }
+    if (ng < 2 || work < NKX_PARALLEL_ELEMS) return NK_UNSUPPORTED;
+    nkx_joined jn;
+    jn.g = malloc(sizeof(nkx_fgroup) * (size_t)ng);
+    if (jn.g == NULL) return NK_UNSUPPORTED;
+    jn.n = ng;
+    jn.first[0] = 0;
+    for (int32_t k = 0; k < ng; k++) {
+        const int64_t m = starts[k + 1] - starts[k];
+        int64_t at = 0;
+        const nk_status s = nkx_group_prepare(&jn.g[k], &ins[starts[k]], m, m, bases, nbases, &at);
+        if (s != NK_SUCCESS) {
+            free(jn.g);
+            *failed_at = starts[k] + at;
+            return s;
+        }
+        jn.first[k + 1] = jn.first[k] + nkx_group_blocks(&jn.g[k]);
+    }
+    for (int32_t k = ng + 1; k <= NKX_JOIN_MAX; k++) jn.first[k] = INT64_MAX;
+    if (jn.first[ng] > 0) nk_parallel_for(jn.first[ng], 1, nkx_joined_run, &jn);
+    free(jn.g);
+    *end = starts[ng];
     return NK_SUCCESS;
 }
 
@@ -1047,6 +1122,18 @@ nk_status nkx_run(const nkx_instr *ins, int64_t n, void *const *bases, int64_t n
     int64_t i = 0;
     while (i < n) {
         int64_t g = nkx_group_end(ins, i, n);
+        if (g - i > 1 && (ins[g - 1].flags & NKX_JOIN_NEXT)) {
+            int64_t end = i, at = -1;
+            const nk_status s = nkx_join(ins, i, n, bases, nbases, &end, &at);
+            if (s == NK_SUCCESS) {
+                i = end;
+                continue;
+            }
+            if (s != NK_UNSUPPORTED) {
+                if (failed_at) *failed_at = at;
+                return s;
+            }
+        }
         if (g - i > 1) {
             if (nkx_group_large(&ins[i], g - i)) {
                 int64_t at = 0;

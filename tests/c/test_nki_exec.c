@@ -444,6 +444,35 @@ static void test_int_ops(void) {
     CHECK(int_step(NKX_I_ADD, NK_I32 | NKX_I_SCALAR, 1e300, NK_I32, o32, NK_I32, a32, 0, NULL, 2) == NK_INVALID);
 }
 
+/* NKX_JOIN_NEXT (nki_exec.c): back-to-back independent groups run in one parallel region; same bytes as apart. */
+#define NKX_JOIN_NEXT_TEST ((int32_t)1 << 29)
+static void test_joined_groups(int64_t rows, int64_t f, int ngroups) {
+    const int64_t n = rows * f * ngroups;
+    float *x = malloc(sizeof(float) * (size_t)n), *o1 = malloc(sizeof(float) * (size_t)n);
+    float *o2 = malloc(sizeof(float) * (size_t)n), *arena = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) x[i] = rnd();
+    int64_t sz[2] = {rows, f}, st[2] = {f, 1};
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    nkx_instr p[16];
+    for (int g = 0; g < ngroups; g++) {
+        const int64_t off = (int64_t)g * rows * f * 4;
+        nkx_operand t = opd(R_ARENA, NK_F32, off, 2, sz, st), xo = opd(R_X, NK_F32, off, 2, sz, st);
+        nkx_operand oo = opd(R_OUT, NK_F32, off, 2, sz, st);
+        p[2 * g] = ins(NKX_BINARY, NK_MUL, 1.0, NKX_FUSE_NEXT, 3, t, xo, xo);
+        p[2 * g + 1] = ins(NKX_BINARY, NK_ADD, 1.0, 0, 3, oo, t, xo);
+    }
+    void *b1[R_COUNT] = {arena, g_consts, x, x, o1}, *b2[R_COUNT] = {arena, g_consts, x, x, o2};
+    CHECK(nkx_run(p, 2 * ngroups, b1, R_COUNT, NULL) == NK_SUCCESS);
+    for (int g = 0; g + 1 < ngroups; g++) p[2 * g + 1].flags |= NKX_JOIN_NEXT_TEST;
+    memset(arena, 0, sizeof(float) * (size_t)n);
+    CHECK(nkx_run(p, 2 * ngroups, b2, R_COUNT, NULL) == NK_SUCCESS);
+    int wrong = 0;
+    for (int64_t i = 0; i < n; i++) wrong += memcmp(&o1[i], &o2[i], 4) != 0 || o2[i] != x[i] * x[i] + x[i];
+    CHECK_MSG(wrong == 0, "joined %lld x %lld x %d: %d wrong", (long long)rows, (long long)f, ngroups, wrong);
+    free(x), free(o1), free(o2), free(arena);
+}
+
 int main(void) {
     nk_threads_set(2); /* large groups split their row blocks over the pool */
     const int64_t shapes[][3] = {
@@ -456,6 +485,9 @@ int main(void) {
     }
     test_bad_plans();
     test_int_ops();
+    test_joined_groups(128, 1024, 4);
+    test_joined_groups(77, 1000, 3);
+    test_joined_groups(3, 5, 2);
     printf("test_nki_exec: %d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;
 }
