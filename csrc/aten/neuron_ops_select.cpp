@@ -1,5 +1,5 @@
-// Selection and position-dependent operators on neuron: sort, topk, isin, nonzero, tril/triu, arange,
-// advanced indexing (x[i, j] and its assignment, accumulate included), bound to kernels/sort.c,
+// Selection and position-dependent operators on neuron: sort, topk, median along a dim, isin, nonzero,
+// tril/triu, arange, advanced indexing (x[i, j] and its assignment, accumulate included), bound to kernels/sort.c,
 // layout.c and index.c.
 //
 // Every op declines (dtype, layout, overlapping out=, an index out of range, any input PyTorch rejects)
@@ -147,6 +147,40 @@ std::tuple<at::Tensor&, at::Tensor&> neuron_topk_out(const at::Tensor& self, c10
     assign(indices, i);
   }
   return {values, indices};
+}
+
+// ---- median / nanmedian along a dim ----------------------------------------------------------------
+
+// PyTorch's CPU kernel returns uninitialised values when the reduced dimension has stride 0 (an
+// expanded input); such an input runs on a contiguous copy, any other as it is.
+std::tuple<at::Tensor&, at::Tensor&> median_dim_out(bool nan, const at::Tensor& self, int64_t dim, bool keepdim,
+                                                    at::Tensor& values, at::Tensor& indices) {
+  at::Tensor in = host(self);
+  const int64_t nd = self.dim();
+  if (nd > 0 && dim >= -nd && dim < nd) {
+    const int64_t d = dim < 0 ? dim + nd : dim;
+    if (self.stride(d) == 0 && self.size(d) > 1) in = in.contiguous();
+  }
+  at::Tensor v = cpu_like(values), i = cpu_like(indices);
+  if (nan)
+    at::nanmedian_out(v, i, in, dim, keepdim);
+  else
+    at::median_out(v, i, in, dim, keepdim);
+  assign(values, v);
+  assign(indices, i);
+  return {values, indices};
+}
+
+std::tuple<at::Tensor&, at::Tensor&> neuron_median_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                           at::Tensor& values, at::Tensor& indices) {
+  NEURON_NATIVE("aten::median.dim_values");
+  return median_dim_out(false, self, dim, keepdim, values, indices);
+}
+
+std::tuple<at::Tensor&, at::Tensor&> neuron_nanmedian_dim_out(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                              at::Tensor& values, at::Tensor& indices) {
+  NEURON_NATIVE("aten::nanmedian.dim_values");
+  return median_dim_out(true, self, dim, keepdim, values, indices);
 }
 
 // ---- isin -----------------------------------------------------------------------------------------
@@ -390,6 +424,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sort.values_stable", neuron_sort_out);
   m.impl("topk.values", neuron_topk_out);
   m.impl("isin.Tensor_Tensor_out", neuron_isin_out);
+  m.impl("median.dim_values", neuron_median_dim_out);
+  m.impl("nanmedian.dim_values", neuron_nanmedian_dim_out);
   m.impl("nonzero", neuron_nonzero);
   m.impl("nonzero.out", neuron_nonzero_out);
   m.impl("tril.out", neuron_tril_out);

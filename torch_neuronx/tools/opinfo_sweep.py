@@ -598,6 +598,9 @@ def run_case(op, dtype, sample, variant, seed, tol, counts_out, template=None):
             return "skipped", f"unsupported on {DEVICE}: {bad} ({first_line(e)})"
         return "error", "moving the sample: " + first_line(e)
     check_args = Mover("cpu", grad=False)(cpu_args)
+    # A sample in another form than built: the same values, contiguous, made before the CPU run, to tell
+    # whether CPU's own result depends on the layout (a CPU kernel reading a stride-0 input wrongly).
+    contig = _contiguous_copy(cpu_args) if "@" in variant else None
 
     cpu_inputs = unique(tensor_leaves(list(cpu_args)))
     dev_inputs = [dev_mover.tensors[id(t)] for t in cpu_inputs]
@@ -686,8 +689,84 @@ def run_case(op, dtype, sample, variant, seed, tol, counts_out, template=None):
         rng = random_ops(counts_out)
         if rng:
             return "skipped", f"random: uses {', '.join(rng[:3])}, whose values differ from CPU's generator ({m})"[:400]
+        if contig is not None:
+            verdict = _cpu_form_inconsistency(
+                op.name, fn, contig, process, seed, grad and cpu_grads is not None, atol, rtol,
+                (cpu_args, expected, cpu_inputs, cpu_req, cpu_grads),
+                (dev_args, actual, dev_inputs, dev_grads if cpu_grads is not None else None))
+            if verdict is not None:
+                status, why = verdict
+                return status, why[:400]
         return "mismatch", str(m)[:400]
     return "pass", grad_note.strip()
+
+
+def _contiguous_copy(cpu_args):
+    """(args, {id(tensor): copy}): `cpu_args` with every tensor replaced by a contiguous copy of its values
+    (the same copy for the same tensor, requires_grad kept)."""
+    memo = {}
+
+    def copy(obj):
+        if isinstance(obj, torch.Tensor):
+            if id(obj) not in memo:
+                t = obj.detach()
+                plain = t.layout == torch.strided and not t.is_quantized and not t.is_nested
+                c = t.clone(memory_format=torch.contiguous_format) if plain else t.clone()
+                memo[id(obj)] = c.requires_grad_(obj.requires_grad)
+            return memo[id(obj)]
+        if isinstance(obj, list):
+            return [copy(x) for x in obj]
+        if type(obj) is tuple:
+            return tuple(copy(x) for x in obj)
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*map(copy, obj))
+        if isinstance(obj, dict):
+            return {k: copy(v) for k, v in obj.items()}
+        return obj
+
+    return copy(cpu_args), memo
+
+
+def _cpu_form_inconsistency(op_name, fn, contig, process, seed, with_grads, atol, rtol, cpu, dev):
+    """A sample in another form than built whose neuron result differs from CPU's: reruns CPU on the
+    contiguous copy of the same values. If CPU's result in the form differs from that, the sample is not
+    one that passes on CPU (its kernel depends on the layout, e.g. reads a stride-0 input wrongly): returns
+    ("skipped", why) when neuron matches the contiguous CPU result, ("mismatch", why) when it matches
+    neither. None when CPU is consistent (the mismatch stands as it is) or the rerun fails."""
+    (cpu_args, expected, cpu_inputs, cpu_req, cpu_grads), (dev_args, actual, dev_inputs, dev_grads) = cpu, dev
+    args_c, memo = contig
+    try:
+        torch.manual_seed(seed)
+        ref = process(_call(fn, args_c))
+        ref_inputs = [memo[id(t)] for t in cpu_inputs]
+        ref_grads = _grads(ref, [memo[id(t)] for t in cpu_req], seed, "cpu") if with_grads else None
+    except Exception:  # noqa: BLE001
+        return None
+
+    def check(out, args, inputs, grads, arbiter):
+        compare(_ties_as_values(op_name, args, out), _ties_as_values(op_name, args_c, ref), atol, rtol, device=None)
+        for i, (x, r) in enumerate(zip(inputs, ref_inputs)):
+            compare(x, r, atol, rtol, f"argument {i} after the call", device=None)
+        if ref_grads is not None and not _ties_chosen_differently(op_name, out, ref):
+            try:
+                compare(grads, ref_grads, atol, rtol, "gradient", device=None)
+            except Mismatch:
+                if not (arbiter and _as_close_as_cpu(fn, cpu_args, process, cpu_req, seed, grads, ref_grads,
+                                                     atol, rtol)):
+                    raise
+
+    try:
+        check(expected, cpu_args, cpu_inputs, cpu_grads, False)
+        return None
+    except Mismatch as m:
+        cpu_differs = str(m)[:150]
+    try:
+        check(actual, dev_args, dev_inputs, dev_grads, True)
+    except Mismatch as m:
+        return "mismatch", (f"neuron matches neither CPU's result in this form nor CPU's result on a contiguous "
+                            f"copy of the same values, which differ ({cpu_differs[:100]}): {str(m)[:150]}")
+    return "skipped", (f"inconsistent on CPU: its result in this form differs from its result on a contiguous "
+                       f"copy of the same values ({cpu_differs}); neuron matches the contiguous result")
 
 
 def cases_of(op, dtype_name, max_samples=None):
