@@ -264,7 +264,22 @@ NEURON_UNARY_OUT(neg, NK_NEG)
 NEURON_UNARY_OUT(exp, NK_EXP)
 NEURON_UNARY_OUT(log, NK_LOG)
 NEURON_UNARY_OUT(sqrt, NK_SQRT)
-NEURON_UNARY_OUT(rsqrt, NK_RSQRT)
+
+// PyTorch's CPU rounds a half/bfloat16 x ** -0.5 one way in its vector loop (1/sqrt in float, rounded
+// once) and another in its scalar loop (the square root rounded, then its reciprocal): which elements take
+// which depends on the layout and on the CPU's vector width, so only its own kernel matches it in every
+// layout (a normalize p=0.5 gradient differed by 2 bfloat16 ulps). rsqrt and pow(-0.5) of those types run it.
+at::Tensor& neuron_rsqrt_out(const at::Tensor& self, at::Tensor& out) {
+  NEURON_NATIVE("aten::rsqrt.out");
+  OutOp<at::meta::structured_rsqrt> op(out);
+  op.meta(self);
+  const at::Tensor& r = op.maybe_get_output(0);
+  const at::ScalarType common = op.common_dtype();
+  if (is_reduced(common) || !run(Family::Unary, NK_RSQRT, op, common, nk_ew_params{}, "rsqrt"))
+    at::rsqrt_out(cpu_out(r), cpu(self));
+  op.finish();
+  return out;
+}
 NEURON_UNARY_OUT(reciprocal, NK_RECIPROCAL)
 NEURON_UNARY_OUT(sin, NK_SIN)
 NEURON_UNARY_OUT(cos, NK_COS)
@@ -620,7 +635,8 @@ at::Tensor& neuron_pow_tensor_scalar_out(const at::Tensor& self, const at::Scala
     else e = scalar_as(exponent, common);
     nk_ew_params p{};
     if (e) p.value = *e;
-    if (!e || common == at::kBool || !run(Family::Unary, NK_POW_SCALAR, op, common, p, "pow"))
+    const bool cpu_rsqrt = is_reduced(common) && exponent.equal(-0.5);  // see neuron_rsqrt_out
+    if (!e || common == at::kBool || cpu_rsqrt || !run(Family::Unary, NK_POW_SCALAR, op, common, p, "pow"))
       at::pow_out(cpu_out(r), cpu(self), exponent);
   }
   op.finish();
