@@ -230,3 +230,27 @@ def test_masked_median_of_stride0_input_is_not_a_failure(ops, monkeypatch):
     assert not bad, [(r["variant"], r["status"], r["msg"]) for r in bad]
     for r in records:
         assert r["status"] == "pass" or r["msg"].startswith(("inconsistent on CPU", "nondeterministic on CPU")), r
+
+
+def test_gradient_arbiter_no_reference_where_cpu_has_no_correct_digit():
+    # y * ((y + 1e8) - 1e8 - y): its float32 gradient is rounding noise (up to ~4), the float64 one ~0; CPU's
+    # value is then no reference and a device value differing from it is no failure. Where float32 is exact
+    # (y = 0, 8: 1e8 + 8 is a float32), a device value off by as much still fails.
+    y = torch.tensor([0.3, 1.7, 2.9], requires_grad=True)
+    args = (y, (), {})
+
+    def fn(t):
+        return t * (((t + 1e8) - 1e8) - t)
+
+    g = torch.Generator().manual_seed(3)
+    out = fn(y)
+    go = torch.randn(out.shape, generator=g, dtype=out.dtype)
+    cpu = list(torch.autograd.grad(out, [y], go))
+    assert float(cpu[0].abs().min()) > 0.1  # float32 noise, the exact gradient ~1e-8
+    other = [cpu[0] + 3.0]
+    assert sweep._as_close_as_cpu(fn, args, lambda t: t, [y], 3, other, cpu, 1e-5, 1.3e-6) == sweep.CPU_GRAD_WRONG
+    y2 = torch.tensor([0.3, 0.0, 8.0], requires_grad=True)
+    out2 = fn(y2)
+    cpu2 = list(torch.autograd.grad(out2, [y2], go))
+    assert cpu2[0][1] == 0 and cpu2[0][2] == 0
+    assert not sweep._as_close_as_cpu(fn, (y2, (), {}), lambda t: t, [y2], 3, [cpu2[0] + 3.0], cpu2, 1e-5, 1.3e-6)
