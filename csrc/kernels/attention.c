@@ -74,42 +74,82 @@ typedef struct nk_attn_simd {
 #include "simd_avx2.h"
 #define NK_AVX2 __attribute__((target("avx2,fma")))
 
-/* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 16; 4x16 register tiles (8 accumulators). */
+/*
+ * C[R rows, 16] += A[R, K] @ B[K, 16] for R <= 6: 2R accumulators, two B vectors and a broadcast fill 15
+ * of the 16 ymm registers (the shape of BLIS's Haswell kernel). Two loads feed every 2R FMAs, so R = 6
+ * runs near the FMA rate where R = 4 (three loads per four FMAs) waited on loads.
+ */
+#define NK_AVX2_TILE(R)                                                                                    \
+    do {                                                                                                   \
+        __m256 c_[R][2];                                                                                   \
+        for (int r_ = 0; r_ < (R); r_++) {                                                                 \
+            c_[r_][0] = _mm256_loadu_ps(Ct + r_ * ldc);                                                    \
+            c_[r_][1] = _mm256_loadu_ps(Ct + r_ * ldc + 8);                                                \
+        }                                                                                                  \
+        for (int64_t k_ = 0; k_ < kc; k_++) {                                                              \
+            const __m256 b0_ = _mm256_loadu_ps(Bt + k_ * ldb), b1_ = _mm256_loadu_ps(Bt + k_ * ldb + 8);   \
+            for (int r_ = 0; r_ < (R); r_++) {                                                             \
+                const __m256 a_ = _mm256_broadcast_ss(At + r_ * lda + k_);                                 \
+                c_[r_][0] = _mm256_fmadd_ps(a_, b0_, c_[r_][0]);                                           \
+                c_[r_][1] = _mm256_fmadd_ps(a_, b1_, c_[r_][1]);                                           \
+            }                                                                                              \
+        }                                                                                                  \
+        for (int r_ = 0; r_ < (R); r_++) {                                                                 \
+            _mm256_storeu_ps(Ct + r_ * ldc, c_[r_][0]);                                                    \
+            _mm256_storeu_ps(Ct + r_ * ldc + 8, c_[r_][1]);                                                \
+        }                                                                                                  \
+    } while (0)
+
+/* Rows of K per pass: a 16-column strip of B (NK_AVX2_KC x 64 bytes) stays in L1 while every row block
+ * of A passes over it. Each C element still sums its products in k order (stored and reloaded between
+ * passes), so the result does not depend on the blocking. */
+#define NK_AVX2_KC 128
+
+/* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 16. */
 NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                                       int64_t ldb, float *C, int64_t ldc) {
-    int64_t i = 0;
-    for (; i + 4 <= M; i += 4)
+                                       int64_t ldb_in, float *C, int64_t ldc) {
+    float Bp[NK_AVX2_KC * 16] __attribute__((aligned(32)));
+    for (int64_t k0 = 0; k0 < K; k0 += NK_AVX2_KC) {
+        const int64_t kc = K - k0 < NK_AVX2_KC ? K - k0 : NK_AVX2_KC;
         for (int64_t j = 0; j < N; j += 16) {
-            __m256 c[4][2];
-            for (int r = 0; r < 4; r++) {
-                c[r][0] = _mm256_loadu_ps(C + (i + r) * ldc + j);
-                c[r][1] = _mm256_loadu_ps(C + (i + r) * ldc + j + 8);
-            }
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 b0 = _mm256_loadu_ps(B + k * ldb + j), b1 = _mm256_loadu_ps(B + k * ldb + j + 8);
-                for (int r = 0; r < 4; r++) {
-                    const __m256 a = _mm256_broadcast_ss(A + (i + r) * lda + k);
-                    c[r][0] = _mm256_fmadd_ps(a, b0, c[r][0]);
-                    c[r][1] = _mm256_fmadd_ps(a, b1, c[r][1]);
+            const float *Bt = B + k0 * ldb_in + j;
+            int64_t ldb = ldb_in;
+            if (M > 6) {
+                /* The strip copied to consecutive lines: in place, rows a power-of-two multiple of 256
+                 * bytes apart (K^T blocks, V rows of wide heads) share a few L1 sets and evicted each
+                 * other before the next row block came back to them. The next strip's rows are
+                 * prefetched meanwhile: they are far apart, which the hardware prefetchers do not
+                 * follow, and their misses stalled this copy for a fifth of the product's time. */
+                const float *nx = j + 16 < N ? Bt + 16 : (k0 + kc < K ? B + (k0 + kc) * ldb : NULL);
+                const int64_t nkc = j + 16 < N ? kc : (K - k0 - kc < NK_AVX2_KC ? K - k0 - kc : NK_AVX2_KC);
+                for (int64_t k = 0; k < kc; k++) {
+                    if (nx != NULL && k < nkc) _mm_prefetch((const char *)(nx + k * ldb), _MM_HINT_T0);
+                    _mm256_store_ps(Bp + k * 16, _mm256_loadu_ps(Bt + k * ldb));
+                    _mm256_store_ps(Bp + k * 16 + 8, _mm256_loadu_ps(Bt + k * ldb + 8));
                 }
+                Bt = Bp;
+                ldb = 16;
             }
-            for (int r = 0; r < 4; r++) {
-                _mm256_storeu_ps(C + (i + r) * ldc + j, c[r][0]);
-                _mm256_storeu_ps(C + (i + r) * ldc + j + 8, c[r][1]);
+            int64_t i = 0;
+            for (; i + 6 <= M; i += 6) {
+                const float *At = A + i * lda + k0;
+                float *Ct = C + i * ldc + j;
+                NK_AVX2_TILE(6);
+            }
+            const float *At = A + i * lda + k0;
+            float *Ct = C + i * ldc + j;
+            switch (M - i) {
+            case 5: NK_AVX2_TILE(5); break;
+            case 4: NK_AVX2_TILE(4); break;
+            case 3: NK_AVX2_TILE(3); break;
+            case 2: NK_AVX2_TILE(2); break;
+            case 1: NK_AVX2_TILE(1); break;
+            default: break;
             }
         }
-    for (; i < M; i++)
-        for (int64_t j = 0; j < N; j += 16) {
-            __m256 c0 = _mm256_loadu_ps(C + i * ldc + j), c1 = _mm256_loadu_ps(C + i * ldc + j + 8);
-            for (int64_t k = 0; k < K; k++) {
-                const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
-                c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(B + k * ldb + j), c0);
-                c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(B + k * ldb + j + 8), c1);
-            }
-            _mm256_storeu_ps(C + i * ldc + j, c0);
-            _mm256_storeu_ps(C + i * ldc + j + 8, c1);
-        }
+    }
 }
+#undef NK_AVX2_TILE
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */
 NK_AVX2 static void nk_gemv_dots_avx2(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s) {

@@ -215,6 +215,8 @@ int main(void) {
         {1, 2, 1, 66, 66, 96, 96, false, 1, 0.0, NK_F32},     /* float mask with -inf, broadcast */
         {1, 2, 2, 20, 9, 24, 24, true, 0, 0.0, NK_F32},       /* causal with Lq > Lk */
         {1, 2, 2, 9, 20, 16, 16, true, 1, 0.3, NK_F32},       /* dropout + mask + causal */
+        /* wide heads: the products' contraction runs in several passes over K (and N = 272) */
+        {1, 2, 1, 70, 90, 200, 272, true, 0, 0.0, NK_F32},
         {1, 2, 1, 33, 40, 64, 64, true, 0, 0.0, NK_BF16},
         /* bf16 prefill runs on AMX tiles where the CPU has them; the same cases again below without. */
         {2, 4, 2, 70, 130, 80, 80, true, 0, 0.0, NK_BF16},   /* GQA, causal, several blocks, D=80 */
@@ -225,6 +227,7 @@ int main(void) {
         {1, 2, 1, 66, 66, 96, 96, false, 1, 0.0, NK_BF16},   /* float mask with -inf, broadcast */
         {1, 2, 2, 20, 9, 24, 24, true, 0, 0.0, NK_BF16},     /* causal with Lq > Lk */
         {1, 2, 2, 19, 20, 16, 16, true, 1, 0.3, NK_BF16},    /* dropout + mask + causal */
+        {1, 2, 1, 70, 90, 200, 272, false, 0, 0.0, NK_BF16},  /* wide heads */
         /* causal over several 256-key blocks with a partial last one: rows cut short inside a block */
         {1, 2, 1, 600, 600, 64, 64, true, 0, 0.0, NK_BF16},
         {1, 1, 1, 300, 530, 32, 32, true, 0, 0.0, NK_BF16},  /* Lk > Lq: later keys past every row */
