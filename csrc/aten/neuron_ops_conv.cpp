@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <cstdlib>
+#include <cstring>
 
 namespace torch_neuronx {
 namespace {
@@ -43,11 +44,17 @@ struct Geometry {
 // same device memory) is faster. Measured on a 2-core Xeon (AMX), 3x3, ms neuron/CPU: fp32 64->64 at 64x64
 // 10.6/6.6, 128->3 at 128x128 56/9.8, 128->128 24/17, 256->256 at 32x32 18.6/27.9, 320->320 47/48; bf16,
 // where CPU's oneDNN uses AMX/AVX512-BF16, slower in every 3x3 case (0.05-0.86x) while 1x1 ran 7x faster.
+// Where the CPU lacks the instructions oneDNN wants for bf16/fp16, PyTorch's CPU convolution of those dtypes
+// runs reference loops: on a Zen 3 (AVX2), 3x3 bf16 64->64 at 32x32 83/6.3 ms CPU/native, 128->128 380/11.7,
+// 128->3 at 64x64 92/21, 640->640 31 s/0.37 s, so every one of them takes the kernel. fp32 on that CPU runs
+// oneDNN's AVX2 direct kernels, which beat im2col + GEMM (0.42-0.75x for 128 to 640 channels, 1280 even):
+// only a GEMM with AVX-512 micro-kernels makes the copy pay for fp32.
 // TORCH_NEURONX_CONV_NATIVE=1 takes the kernel for every convolution it can do (tests), =0 for none (read
 // per call: a convolution costs milliseconds).
 bool im2col_pays(const Geometry& g, at::ScalarType st) {
-  if (cpu_conv_on_onednn(st)) return false;
-  return g.OCg >= 256;
+  if (st != at::kFloat) return !cpu_conv_on_onednn(st);
+  static const bool wide_gemm = std::strcmp(nk_gemm_isa_name(), "avx512") == 0;
+  return wide_gemm && g.OCg >= 256;
 }
 
 bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
