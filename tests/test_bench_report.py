@@ -66,3 +66,15 @@ def test_no_records_no_plots(tmp_path):
     text = "\n".join(md)
     assert "## Figures" not in text and "## Plots" not in text and "make bench-quick" in text
     assert not list(tmp_path.iterdir())
+
+
+def test_second_report_names_its_plots_after_itself(tmp_path):
+    """A report for a second CPU (--out docs/performance-avx2.md) must not overwrite the first one's plots."""
+    pytest.importorskip("matplotlib")
+    (tmp_path / "img").mkdir()
+    md = report.render(MACHINE, records(), [], True, "abc", str(tmp_path / "img"), str(tmp_path),
+                       img_prefix="performance-avx2", out_arg=" --out docs/performance-avx2.md")
+    text = "\n".join(md)
+    assert "report.py --quick --out docs/performance-avx2.md" in text and "make bench" not in text
+    assert (tmp_path / "img" / "performance-avx2_gemm.png").exists()
+    assert not (tmp_path / "img" / "perf_gemm.png").exists()
