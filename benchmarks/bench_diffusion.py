@@ -7,7 +7,7 @@ prompt embeddings passed in, --size px, --steps steps. Modes: neuron eager vs CP
 (torch.compile(backend="neuron") of the transformer) vs CPU Inductor (the same on the CPU pipeline), each pair
 timed in alternating rounds by _timing.compare. Ratios are CPU/neuron (>1: neuron faster).
 
-    python benchmarks/bench_diffusion.py [--dtype bf16|fp32] [--size 256] [--steps 4] [--only shapes|pipeline]
+    python benchmarks/bench_diffusion.py [--dtype auto|bf16|fp32] [--size 256] [--steps 4] [--only shapes|pipeline]
 """
 
 import argparse
@@ -124,7 +124,9 @@ def pipeline(dtype, size, steps, layers, single_layers, text_len):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
+    ap.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                    help="auto: bf16 where PyTorch CPU runs bf16 convolutions on oneDNN, else fp32 (without it CPU's "
+                         "bf16 convolution is a reference loop: 31 s for one SD UNet conv on a Zen 3)")
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--layers", type=int, default=1, help="double-stream blocks")
@@ -133,9 +135,11 @@ def main():
     ap.add_argument("--only", choices=["shapes", "pipeline"])
     ap.add_argument("--budget", type=float, default=0.6, help="seconds of timed calls per shape (both sides)")
     a = ap.parse_args()
+    if a.dtype == "auto":
+        a.dtype = "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     os.environ.setdefault("TORCH_NEURONX_COMPILE_QUIET", "1")
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}", flush=True)
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, dtype {a.dtype}", flush=True)
     if a.only != "pipeline":
         shapes(dtype, a.budget)
     if a.only != "shapes":
