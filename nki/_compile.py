@@ -1287,16 +1287,23 @@ def rec_chain(tr, dst, data, steps, mask=None, ints=None):
         if getattr(op, "arity", 2) == 1:
             tr.apply(op, target, [x])
         else:
-            if isinstance(operand, Opd):
-                o = operand
-            elif isinstance(operand, _core.NkiTensor):
-                o = tr.opd(operand)
-                o = o.reshape((o.shape[0],) + (1,) * (len(shape) - 1)).broadcast(shape)
-            else:
+            o = _tile_operand(tr, operand, shape)
+            if o is None:
                 o = tr.value_opd(operand, shape)
             _float_srcs([o])
             tr.apply(op, target, [o, x] if rev else [x, o])
         x = target
+
+
+def _tile_operand(tr, operand, shape):
+    """A chain step's operand as an Opd over shape: an Opd as given, a tile as its per-partition column
+    broadcast along the free dims; None for a scalar (each chain encodes scalars its own way)."""
+    if isinstance(operand, Opd):
+        return operand
+    if isinstance(operand, _core.NkiTensor):
+        o = tr.opd(operand)
+        return o.reshape((o.shape[0],) + (1,) * (len(shape) - 1)).broadcast(shape)
+    return None
 
 
 def _int_chain(tr, dst, x, steps, mask, ints):
@@ -1319,12 +1326,8 @@ def _int_chain(tr, dst, x, steps, mask, ints):
         if getattr(op, "arity", 2) == 1:
             srcs = [x]
         else:
-            if isinstance(operand, Opd):
-                o = operand
-            elif isinstance(operand, _core.NkiTensor):
-                o = tr.opd(operand)
-                o = o.reshape((o.shape[0],) + (1,) * (len(shape) - 1)).broadcast(shape)
-            else:
+            o = _tile_operand(tr, operand, shape)
+            if o is None:
                 o = np.float32(operand) if isinstance(operand, float) else operand
             srcs = [o, x] if rev else [x, o]
         x = tr.int_op(op, d if i == len(steps) - 1 else None, srcs)
