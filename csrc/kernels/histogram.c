@@ -8,16 +8,6 @@
  */
 #include "kernels_internal.h"
 
-static int64_t nk_load_int(const char *p, nk_dtype dt) {
-    switch (dt) {
-    case NK_U8: return *(const uint8_t *)p;
-    case NK_I8: return *(const int8_t *)p;
-    case NK_I16: return *(const int16_t *)p;
-    case NK_I32: return *(const int32_t *)p;
-    default: return *(const int64_t *)p;
-    }
-}
-
 /* Narrowing wraps (two's complement), as a C++ cast of the count to the histogram dtype does. */
 static void nk_store_int(char *p, nk_dtype dt, int64_t v) {
     switch (dt) {
@@ -56,7 +46,7 @@ typedef struct {
 
 static void nk_minmax_elem(void *vctx, const char *p) {
     nk_minmax_ctx *c = vctx;
-    int64_t v = nk_load_int(p, c->dtype);
+    int64_t v = nk_load_i64(p, c->dtype);
     if (v < c->lo) c->lo = v;
     if (v > c->hi) c->hi = v;
 }
@@ -69,7 +59,7 @@ typedef struct {
 
 static void nk_histc_elem(void *vctx, const char *p) {
     nk_histc_ctx *c = vctx;
-    int64_t v = nk_load_int(p, c->dtype);
+    int64_t v = nk_load_i64(p, c->dtype);
     if (v < c->min || v > c->max)
         return;
     /* 128-bit product: (v - min) * bins cannot overflow. */

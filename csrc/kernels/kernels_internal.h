@@ -77,6 +77,22 @@ static inline uint16_t nk_f32_to_bf16(float f) {
     return (uint16_t)(((u & UINT32_C(0x7FFFFFFF)) > UINT32_C(0x7F800000)) ? UINT32_C(0x7FC0) : rounded);
 }
 
+/* An integer or bool element widened to int64 (bool as 0/1; uint64 reinterpreted); 0 for a float dtype. */
+static inline int64_t nk_load_i64(const char *p, nk_dtype t) {
+    switch (t) {
+    case NK_BOOL: return *(const uint8_t *)p != 0;
+    case NK_U8: return *(const uint8_t *)p;
+    case NK_I8: return *(const int8_t *)p;
+    case NK_I16: return *(const int16_t *)p;
+    case NK_I32: return *(const int32_t *)p;
+    case NK_I64: return *(const int64_t *)p;
+    case NK_U16: return *(const uint16_t *)p;
+    case NK_U32: return *(const uint32_t *)p;
+    case NK_U64: return (int64_t)*(const uint64_t *)p;
+    default: return 0;
+    }
+}
+
 /* ---- descriptors ---- */
 
 bool nk_dtype_valid(nk_dtype t);

@@ -396,26 +396,12 @@ static inline int64_t nkx_wrap(int64_t v, nk_dtype t) {
     }
 }
 
-static inline int64_t nkx_iget(const char *p, nk_dtype t) {
-    switch (t) {
-    case NK_BOOL:
-    case NK_U8: return *(const uint8_t *)p;
-    case NK_I8: return *(const int8_t *)p;
-    case NK_I16: return *(const int16_t *)p;
-    case NK_U16: return *(const uint16_t *)p;
-    case NK_I32: return *(const int32_t *)p;
-    case NK_U32: return *(const uint32_t *)p;
-    case NK_I64: return *(const int64_t *)p;
-    default: return 0;
-    }
-}
-
 static inline float nkx_fget(const char *p, nk_dtype t) {
-    return nk_is_half_or_float(t) ? nk_load_f32(p, t) : (float)nkx_iget(p, t);
+    return nk_is_half_or_float(t) ? nk_load_f32(p, t) : (float)nk_load_i64(p, t);
 }
 
 static inline double nkx_dget(const char *p, nk_dtype t) {
-    return nk_is_half_or_float(t) ? (double)nk_load_f32(p, t) : (double)nkx_iget(p, t);
+    return nk_is_half_or_float(t) ? (double)nk_load_f32(p, t) : (double)nk_load_i64(p, t);
 }
 
 /* The interpreter's bf16 encoding: round to nearest even; a NaN keeps its sign and top payload bits, quieted. */
@@ -479,6 +465,15 @@ static inline void nkx_dput(char *p, nk_dtype t, double v) {
     nkx_iput(p, t, r);
 }
 
+/* The six compares, the same in the int64 and the double domain. */
+#define NKX_COMPARE_CASES(a, b)                                                                            \
+    case NKX_I_EQ: return (a) == (b);                                                                      \
+    case NKX_I_NE: return (a) != (b);                                                                      \
+    case NKX_I_LT: return (a) < (b);                                                                       \
+    case NKX_I_LE: return (a) <= (b);                                                                      \
+    case NKX_I_GT: return (a) > (b);                                                                       \
+    case NKX_I_GE: return (a) >= (b);
+
 static inline int64_t nkx_iop2(int32_t op, int64_t a, int64_t b, nk_dtype t) {
     const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
     const int bits = nkx_int_bits(t);
@@ -494,12 +489,7 @@ static inline int64_t nkx_iop2(int32_t op, int64_t a, int64_t b, nk_dtype t) {
     case NKX_I_XOR: return a ^ b;
     case NKX_I_SHL: return b >= 0 && b < bits ? nkx_wrap((int64_t)(ua << b), t) : 0;
     case NKX_I_SHR: return b >= 0 && b < bits ? a >> b : (a < 0 ? -1 : 0);
-    case NKX_I_EQ: return a == b;
-    case NKX_I_NE: return a != b;
-    case NKX_I_LT: return a < b;
-    case NKX_I_LE: return a <= b;
-    case NKX_I_GT: return a > b;
-    case NKX_I_GE: return a >= b;
+    NKX_COMPARE_CASES(a, b)
     case NKX_I_LAND: return a != 0 && b != 0;
     case NKX_I_LOR: return a != 0 || b != 0;
     case NKX_I_LXOR: return (a != 0) != (b != 0);
@@ -529,12 +519,7 @@ static inline float nkx_fop2(int32_t op, float a, float b) {
 /* Compares and logical ops in double (exact for every operand the tracer sends here). */
 static inline int64_t nkx_dop2(int32_t op, double a, double b) {
     switch (op) {
-    case NKX_I_EQ: return a == b;
-    case NKX_I_NE: return a != b;
-    case NKX_I_LT: return a < b;
-    case NKX_I_LE: return a <= b;
-    case NKX_I_GT: return a > b;
-    case NKX_I_GE: return a >= b;
+    NKX_COMPARE_CASES(a, b)
     case NKX_I_LAND: return (a != 0.0 || a != a) && (b != 0.0 || b != b);
     case NKX_I_LOR: return (a != 0.0 || a != a) || (b != 0.0 || b != b);
     case NKX_I_LXOR: return (a != 0.0 || a != a) != (b != 0.0 || b != b);
@@ -596,9 +581,9 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
             char *q0 = p[0] + j * s0;
             bool as_int = true;
             if (nkx_int_dtype(dom)) {
-                for (int64_t i = 0; i < n; i++) ia[i] = nkx_iget(q1 + i * s1, dt1);
+                for (int64_t i = 0; i < n; i++) ia[i] = nk_load_i64(q1 + i * s1, dt1);
                 if (q2)
-                    for (int64_t i = 0; i < n; i++) ib[i] = nkx_iget(q2 + i * s2, dt2);
+                    for (int64_t i = 0; i < n; i++) ib[i] = nk_load_i64(q2 + i * s2, dt2);
                 else
                     for (int64_t i = 0; i < n; i++) ib[i] = iv;
                 const nk_dtype tt = (nk_dtype)dom;

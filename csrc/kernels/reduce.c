@@ -837,21 +837,6 @@ static double nk_load_f64(const char *p, nk_dtype t) {
     }
 }
 
-static int64_t nk_load_i64(const char *p, nk_dtype t) {
-    switch (t) {
-    case NK_BOOL: return *(const uint8_t *)p != 0;
-    case NK_U8: return *(const uint8_t *)p;
-    case NK_I8: return *(const int8_t *)p;
-    case NK_I16: return *(const int16_t *)p;
-    case NK_I32: return *(const int32_t *)p;
-    case NK_I64: return *(const int64_t *)p;
-    case NK_U16: return *(const uint16_t *)p;
-    case NK_U32: return *(const uint32_t *)p;
-    case NK_U64: return (int64_t)*(const uint64_t *)p;
-    default: return 0;
-    }
-}
-
 typedef struct nk_cumsum_job {
     const nk_tensor *out, *in;
     int32_t dim;
