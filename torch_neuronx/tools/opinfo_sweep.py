@@ -720,30 +720,24 @@ def run_case(op, dtype, sample, variant, seed, tol, counts_out, template=None):
     return "pass", grad_note.strip()
 
 
+class _Contiguous(Mover):
+    """Mover's walk over a sample, each tensor replaced by a contiguous CPU copy of its values (the same copy
+    for the same tensor, requires_grad kept)."""
+
+    def __init__(self):
+        super().__init__("cpu")
+
+    def _copy(self, t, device):
+        d = t.detach()
+        plain = d.layout == torch.strided and not d.is_quantized and not d.is_nested
+        c = d.clone(memory_format=torch.contiguous_format) if plain else d.clone()
+        return c.requires_grad_(t.requires_grad)
+
+
 def _contiguous_copy(cpu_args):
-    """(args, {id(tensor): copy}): `cpu_args` with every tensor replaced by a contiguous copy of its values
-    (the same copy for the same tensor, requires_grad kept)."""
-    memo = {}
-
-    def copy(obj):
-        if isinstance(obj, torch.Tensor):
-            if id(obj) not in memo:
-                t = obj.detach()
-                plain = t.layout == torch.strided and not t.is_quantized and not t.is_nested
-                c = t.clone(memory_format=torch.contiguous_format) if plain else t.clone()
-                memo[id(obj)] = c.requires_grad_(obj.requires_grad)
-            return memo[id(obj)]
-        if isinstance(obj, list):
-            return [copy(x) for x in obj]
-        if type(obj) is tuple:
-            return tuple(copy(x) for x in obj)
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*map(copy, obj))
-        if isinstance(obj, dict):
-            return {k: copy(v) for k, v in obj.items()}
-        return obj
-
-    return copy(cpu_args), memo
+    """(args, {id(tensor): copy}): `cpu_args` with every tensor replaced by a contiguous copy of its values."""
+    m = _Contiguous()
+    return m(cpu_args), m.tensors
 
 
 def _cpu_form_inconsistency(op_name, fn, contig, process, seed, with_grads, atol, rtol, cpu, dev):
