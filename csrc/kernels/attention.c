@@ -33,6 +33,8 @@ typedef struct nk_attn_simd {
     void (*vec_exp_diff)(const float *a, const float *b, float *out, int64_t n);
     float (*row_exp_sum)(float *s, int64_t n, float m);
     void (*row_exp)(float *s, int64_t n, float m);
+    /* gemm_acc's N must be a multiple of this (16, or 8 where a narrower strip exists). */
+    int64_t n_align;
 } nk_attn_simd;
 
 /* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
@@ -100,18 +102,34 @@ typedef struct nk_attn_simd {
         }                                                                                                  \
     } while (0)
 
+/* The same for an 8-column strip (R <= 12: R accumulators, one B vector, a broadcast): the last strip
+ * of a row length that is a multiple of 8 but not of 16 (head dims 40, 72, 24), which a 16-wide strip
+ * padded with zeros (a fifth of the product's work at 40). */
+#define NK_AVX2_TILE8(R)                                                                                   \
+    do {                                                                                                   \
+        __m256 c_[R];                                                                                      \
+        for (int r_ = 0; r_ < (R); r_++) c_[r_] = _mm256_loadu_ps(Ct + r_ * ldc);                          \
+        for (int64_t k_ = 0; k_ < kc; k_++) {                                                              \
+            const __m256 b0_ = _mm256_loadu_ps(Bt + k_ * ldb);                                             \
+            for (int r_ = 0; r_ < (R); r_++)                                                               \
+                c_[r_] = _mm256_fmadd_ps(_mm256_broadcast_ss(At + r_ * lda + k_), b0_, c_[r_]);            \
+        }                                                                                                  \
+        for (int r_ = 0; r_ < (R); r_++) _mm256_storeu_ps(Ct + r_ * ldc, c_[r_]);                          \
+    } while (0)
+
 /* Rows of K per pass: a 16-column strip of B (NK_AVX2_KC x 64 bytes) stays in L1 while every row block
  * of A passes over it. Each C element still sums its products in k order (stored and reloaded between
  * passes), so the result does not depend on the blocking. */
 #define NK_AVX2_KC 128
 
-/* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 16. */
+/* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 8 (of 16 for the other ISAs' versions). */
 NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                                        int64_t ldb_in, float *C, int64_t ldc) {
     float Bp[NK_AVX2_KC * 16] __attribute__((aligned(32)));
     for (int64_t k0 = 0; k0 < K; k0 += NK_AVX2_KC) {
         const int64_t kc = K - k0 < NK_AVX2_KC ? K - k0 : NK_AVX2_KC;
-        for (int64_t j = 0; j < N; j += 16) {
+        int64_t j = 0;
+        for (; j + 16 <= N; j += 16) {
             const float *Bt = B + k0 * ldb_in + j;
             int64_t ldb = ldb_in;
             if (M > 6) {
@@ -147,9 +165,35 @@ NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const floa
             default: break;
             }
         }
+        if (j < N) { /* an 8-column strip, read in place (8 floats: one line or two per row) */
+            const float *Bt = B + k0 * ldb_in + j;
+            const int64_t ldb = ldb_in;
+            int64_t i = 0;
+            for (; i + 12 <= M; i += 12) {
+                const float *At = A + i * lda + k0;
+                float *Ct = C + i * ldc + j;
+                NK_AVX2_TILE8(12);
+            }
+            for (; i + 6 <= M; i += 6) {
+                const float *At = A + i * lda + k0;
+                float *Ct = C + i * ldc + j;
+                NK_AVX2_TILE8(6);
+            }
+            const float *At = A + i * lda + k0;
+            float *Ct = C + i * ldc + j;
+            switch (M - i) {
+            case 5: NK_AVX2_TILE8(5); break;
+            case 4: NK_AVX2_TILE8(4); break;
+            case 3: NK_AVX2_TILE8(3); break;
+            case 2: NK_AVX2_TILE8(2); break;
+            case 1: NK_AVX2_TILE8(1); break;
+            default: break;
+            }
+        }
     }
 }
 #undef NK_AVX2_TILE
+#undef NK_AVX2_TILE8
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */
 NK_AVX2 static void nk_gemv_dots_avx2(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s) {
@@ -202,6 +246,36 @@ NK_AVX2 static inline __m256 nk_exp8_avx2(__m256 x) {
     return _mm256_blendv_ps(y, x, nan);
 }
 
+/*
+ * exp(x) for x <= 0 or NaN, the softmax's arguments (a score minus its row maximum): no overflow side,
+ * so 2^n (n in [-126, 0]) is one multiply, its exponent bits taken from the rounding sum itself
+ * ((1.5 * 2^23 + n) has n in its low mantissa bits), and the clamp to the range is one max (which turns a
+ * NaN into the clamp; the NaN is put back at the end). Results equal nk_exp8_avx2's bit for bit: both
+ * scalings are exact where the result is normal, and below the range both give 0. A quarter fewer
+ * instructions: the exponentials were 15-20% of a head-dim-40 attention.
+ */
+NK_AVX2 static inline __m256 nk_exp8_nonpos_avx2(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 xc = _mm256_max_ps(x, lo); /* NaN -> lo: max returns its second operand then */
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.f / 720.f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+    const __m256 s = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23));
+    const __m256 y = _mm256_andnot_ps(under, _mm256_mul_ps(p, s));
+    return _mm256_blendv_ps(y, x, nan);
+}
+
 /* max(a, b) per lane keeping a NaN of b, as nk_vmax_nan. */
 NK_AVX2 static inline __m256 nk_max_nan8_avx2(__m256 a, __m256 b) {
     const __m256 take = _mm256_or_ps(_mm256_cmp_ps(b, a, _CMP_GT_OQ), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
@@ -237,12 +311,13 @@ NK_AVX2 static float nk_row_scale_max_avx2(float *s, int64_t n, float scale) {
     return nk_hmax8_avx2(nk_max_nan8_avx2(m0, m1));
 }
 
+/* m is the row's maximum (s[j] - m <= 0 or NaN: nk_exp8_nonpos_avx2). */
 NK_AVX2 static float nk_row_exp_sum_avx2(float *s, int64_t n, float m) {
     const __m256 vm = _mm256_set1_ps(m);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0;
     for (int64_t j = 0; j < n; j += 16) {
-        const __m256 e0 = nk_exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-        const __m256 e1 = nk_exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm));
+        const __m256 e0 = nk_exp8_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+        const __m256 e1 = nk_exp8_nonpos_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vm));
         _mm256_storeu_ps(s + j, e0);
         _mm256_storeu_ps(s + j + 8, e1);
         a0 = _mm256_add_ps(a0, e0);
@@ -282,6 +357,7 @@ static const nk_attn_simd nk_attn_simd_table_avx2 = {
     .vec_exp_diff = nk_vec_exp_diff_avx2,
     .row_exp_sum = nk_row_exp_sum_avx2,
     .row_exp = nk_row_exp_avx2,
+    .n_align = 8,
 };
 #endif
 
@@ -310,6 +386,7 @@ typedef struct nk_sdpa_ctx {
     const nk_sdpa_args *a;
     const nk_attn_simd *simd;
     int64_t B, Hq, Hkv, Lq, Lk, D, Dv, Dp, Dvp, group, nqb;
+    int64_t Dvn; /* Dv rounded to simd->n_align (<= Dvp): the forward's output columns */
     size_t es; /* element size of q/k/v/out */
     nk_cast_fn to_f32;     /* q/k/v dtype -> f32 */
     nk_cast_fn from_f32;   /* f32 -> q dtype */
@@ -486,21 +563,23 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
     const nk_sdpa_args *a = c->a;
     const nk_attn_simd *simd = c->simd;
-    const int64_t Dp = c->Dp, Dvp = c->Dvp, BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
+    const int64_t Dp = c->Dp, Dvp = c->Dvp, Dvn = c->Dvn, BQ = NK_ATTN_BQ, BK = NK_ATTN_BK;
     float *Q, *O, *S, *Kp, *V, *tmp, *row; /* Kp: K rows, or K transposed [Dp, nkp] */
     float **const bufs[] = {&Q, &O, &S, &Kp, &V, &tmp, &row};
     const size_t sizes[] = {(size_t)(BQ * Dp), (size_t)(BQ * Dvp), (size_t)(BQ * BK), (size_t)(BK * Dp),
-                            (size_t)(BK * Dvp), (size_t)(2 * BK + 2 * BQ), (size_t)(Dp > Dvp ? Dp : Dvp)};
+                            (size_t)(BK * Dvp), (size_t)(2 * BK + 5 * BQ), (size_t)(Dp > Dvp ? Dp : Dvp)};
     if (!nk_attn_carve(bufs, sizes, 7)) {
         atomic_store(&c->failed, 1);
         return;
     }
-    float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ;
+    float *z = tmp + BK, *mrow = tmp + 2 * BK, *lrow = mrow + BQ, *mnew = lrow + BQ, *alpha = mnew + BQ;
+    float *sum = alpha + BQ;
+    for (int64_t i = 0; i < BQ; i++) mrow[i] = mnew[i] = 0.f; /* rows past mq: finite, unused */
     const nk_tensor *q = a->q, *k = a->k, *v = a->v;
     /* Rows that are contiguous and a whole number of vectors are read in place: fp32 ones always, bf16
      * ones where the ISA widens them in registers. */
     const bool direct_k = q->dtype == NK_F32 && k->strides[3] == 1 && c->D == Dp;
-    const bool direct_v = q->dtype == NK_F32 && v->strides[3] == 1 && c->Dv == Dvp;
+    const bool direct_v = q->dtype == NK_F32 && v->strides[3] == 1 && c->Dv == Dvn;
     const bool direct_kb = q->dtype == NK_BF16 && simd->gemv_dots_bf16 != NULL && k->strides[3] == 1 && c->D % 32 == 0;
     const bool direct_vb = q->dtype == NK_BF16 && simd->gemm_acc_bf16 != NULL && v->strides[3] == 1 && c->Dv % 32 == 0;
     for (int64_t t = begin; t < end; t++) {
@@ -536,7 +615,8 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
                 memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
                 /* The stored block spans all its keys (causality may use fewer): its own row stride. */
                 const int64_t ldk = nk_round16(c->Lk - k0 < BK ? c->Lk - k0 : BK);
-                simd->gemm_acc(mq, nkp, Dp, Q, Dp, nk_sdpa_kt_block(c, b, hk, k0 / BK), ldk, S, nkp);
+                /* Contracted over the D real dims only: the padding rows of the block are zeros. */
+                simd->gemm_acc(mq, nkp, c->D, Q, Dp, nk_sdpa_kt_block(c, b, hk, k0 / BK), ldk, S, nkp);
             } else if (mq >= 4) {
                 /* Without memory for the shared transpose: K into [Dp, nkp] here. */
                 for (int64_t j = 0; j < nk; j++) {
@@ -551,7 +631,7 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
                 for (int64_t d = 0; d < Dp; d++)
                     for (int64_t j = (d < c->D ? nk : 0); j < nkp; j++) Kp[d * nkp + j] = 0.f;
                 memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
-                simd->gemm_acc(mq, nkp, Dp, Q, Dp, Kp, nkp, S, nkp);
+                simd->gemm_acc(mq, nkp, c->D, Q, Dp, Kp, nkp, S, nkp);
             } else if (Kd != NULL) {
                 /* Few query rows (decode): dot products straight from the key rows. */
                 for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kd, k->strides[2], S + i * nkp);
@@ -565,23 +645,27 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             }
             if (Vd == NULL && Vb == NULL)
                 for (int64_t j = 0; j < nk; j++)
-                    nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], c->Dv, Dvp);
+                    nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], c->Dv, Dvn);
+            /* Online softmax in three sweeps, as the AMX path: new row maxima, the rescale factors of all
+             * rows in one vector call (a scalar expf per row and block was 2% of a D = 40 attention),
+             * the exponentials and sums of all rows in one call. */
             for (int64_t i = 0; i < mq; i++) {
                 float *s = S + i * nkp;
                 nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
                 const float mx = simd->row_max(s, nkp);
-                const float mnew = mx > mrow[i] ? mx : mrow[i];
-                if (mnew == -INFINITY) {
-                    memset(s, 0, sizeof(float) * (size_t)nkp);
-                    continue;
-                }
-                const float alpha = mrow[i] == -INFINITY ? 0.f : expf(mrow[i] - mnew);
-                const float sum = simd->row_exp_sum(s, nkp, mnew);
-                lrow[i] = lrow[i] * alpha + sum;
-                mrow[i] = mnew;
-                if (alpha != 1.f) {
+                mnew[i] = mx > mrow[i] ? mx : mrow[i];
+            }
+            simd->vec_exp_diff(mrow, mnew, alpha, nk_round16(mq));
+            simd->rows_exp_sum(S, nkp, mq, nkp, mnew, sum); /* rows with nothing to attend: zeros */
+            for (int64_t i = 0; i < mq; i++) {
+                float *s = S + i * nkp;
+                if (mnew[i] == -INFINITY) continue;
+                const float al = mrow[i] == -INFINITY ? 0.f : alpha[i];
+                lrow[i] = lrow[i] * al + sum[i];
+                mrow[i] = mnew[i];
+                if (al != 1.f) {
                     float *o = O + i * Dvp;
-                    for (int64_t d = 0; d < Dvp; d++) o[d] *= alpha;
+                    for (int64_t d = 0; d < Dvn; d++) o[d] *= al;
                 }
                 if (a->dropout_p > 0.0) {
                     nk_dropout_row(c, z, b, h, q0 + i, k0, nk);
@@ -591,11 +675,11 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             /* Only the nk real keys: columns past them hold zero probabilities and may lie past the
              * end of v. */
             if (Vd != NULL) {
-                simd->gemm_acc(mq, Dvp, nk, S, nkp, Vd, v->strides[2], O, Dvp);
+                simd->gemm_acc(mq, Dvn, nk, S, nkp, Vd, v->strides[2], O, Dvp);
             } else if (Vb != NULL) {
                 simd->gemm_acc_bf16(mq, Dvp, nk, S, nkp, Vb, v->strides[2], O, Dvp);
             } else {
-                simd->gemm_acc(mq, Dvp, nk, S, nkp, V, Dvp, O, Dvp);
+                simd->gemm_acc(mq, Dvn, nk, S, nkp, V, Dvp, O, Dvp);
             }
         }
         for (int64_t i = 0; i < mq; i++) {
@@ -842,6 +926,7 @@ static nk_status nk_sdpa_setup(nk_sdpa_ctx *c, const nk_sdpa_args *a, const nk_t
     c->keep = 1.0 - a->dropout_p;
     c->keep_scale = c->keep > 0.0 ? (float)(1.0 / c->keep) : 0.f;
     c->simd = nk_attn_simd_get();
+    c->Dvn = (c->Dv + c->simd->n_align - 1) / c->simd->n_align * c->simd->n_align;
     c->out = out;
     c->lse = lse;
     atomic_init(&c->failed, 0);

@@ -364,6 +364,7 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
     .vec_exp_diff = NK_SFX(nk_vec_exp_diff),
     .row_exp_sum = NK_SFX(nk_row_exp_sum),
     .row_exp = NK_SFX(nk_row_exp),
+    .n_align = 16,
 };
 #undef NK_GEMM_TILE
 #undef NK_GEMM_TILE_B

@@ -232,6 +232,18 @@ int main(void) {
         {1, 2, 1, 600, 600, 64, 64, true, 0, 0.0, NK_BF16},
         {1, 1, 1, 300, 530, 32, 32, true, 0, 0.0, NK_BF16},  /* Lk > Lq: later keys past every row */
         {1, 2, 2, 5, 40, 128, 128, false, 2, 0.0, NK_F16},
+        /* head dims that are not a multiple of 16: the 8-wide strips of the AVX2 products and the
+         * contraction over D real dims only (row counts past a 12- and 6-row tile, partial key blocks) */
+        {1, 2, 1, 77, 70, 40, 40, false, 0, 0.0, NK_F32},
+        {1, 2, 2, 70, 77, 72, 72, true, 0, 0.0, NK_F32},
+        {1, 1, 1, 65, 66, 80, 80, false, 1, 0.0, NK_F32},
+        {1, 2, 1, 23, 35, 20, 20, false, 2, 0.0, NK_F32},
+        {1, 1, 1, 19, 33, 8, 8, true, 0, 0.0, NK_F32},
+        {1, 1, 1, 17, 18, 1, 1, false, 0, 0.0, NK_F32},
+        {1, 1, 1, 31, 29, 40, 24, false, 0, 0.3, NK_F32},     /* Dv != D, dropout */
+        {1, 1, 1, 64, 130, 512, 512, false, 0, 0.0, NK_F32},  /* wide head */
+        {1, 2, 1, 77, 70, 40, 40, true, 0, 0.0, NK_F16},
+        {1, 2, 1, 77, 70, 40, 40, false, 1, 0.0, NK_BF16},
         {1, 1, 1, 4, 0, 8, 8, false, 0, 0.0, NK_F32},          /* no keys */
         {1, 1, 1, 0, 5, 8, 8, false, 0, 0.0, NK_F32},          /* no queries */
     };
