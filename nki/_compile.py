@@ -701,6 +701,110 @@ def _drop_dead(ins, regions):
     return bool(dead)
 
 
+def _itemsize(o):
+    return 4 if o.name == "const" else _core.to_dtype(o.name).itemsize
+
+
+def _injective(o):
+    """True when no two elements of o share bytes (dims sorted by stride, each past the extent of the smaller)."""
+    es = _itemsize(o)
+    dims = sorted((abs(s) * es, n) for n, s in zip(o.shape, o.strides) if n > 1)
+    extent = es
+    for st, n in dims:
+        if st < extent:
+            return False
+        extent = st * (n - 1) + extent
+    return True
+
+
+_EXACT_MAX = 1 << 22  # elements of an operand checked address by address (trace time only)
+
+
+def _disjoint(a, b, regions):
+    """True when a and b provably share no bytes (the byte sets compared where the bounding boxes overlap)."""
+    if not _overlap(a, b, regions):
+        return True
+    if a.region != b.region:
+        return False  # two arguments that may alias
+    na, nb = int(np.prod(a.shape, dtype=np.int64)), int(np.prod(b.shape, dtype=np.int64))
+    if na > _EXACT_MAX or nb > _EXACT_MAX:
+        return False
+
+    def starts(o):
+        es = _itemsize(o)
+        p = np.full((1,), o.off, dtype=np.int64)
+        for n, s in zip(o.shape, o.strides):
+            p = (p[:, None] + np.arange(n, dtype=np.int64)[None, :] * (s * es)).reshape(-1)
+        return p
+    ea, eb = _itemsize(a), _itemsize(b)
+    xa, xb = np.sort(starts(a)), starts(b)
+    i = np.searchsorted(xa, xb - ea + 1)  # the first element of a that ends after y starts
+    hit = i < len(xa)
+    return not np.any(xa[np.minimum(i, len(xa) - 1)][hit] < xb[hit] + eb)
+
+
+_MERGE_KINDS = (FILL, COPY, UNARY, BINARY, REDUCE)
+
+
+def _merged(s1, s2, regions):
+    """s1 and s2 as one step when s2 repeats s1 on the next block of every operand along one dim (the steps of
+    consecutive affine_range iterations or SPMD programs over adjacent tiles), else None. The merged step must
+    give what s1 then s2 give: the destinations do not overlap (the merged destination is injective) and
+    neither step reads what the other writes."""
+    k1, op1, v1, f1, o1 = s1
+    k2, op2, v2, f2, o2 = s2
+    if k1 != k2 or k1 not in _MERGE_KINDS or op1 != op2 or v1 != v2 or f1 != f2 or len(o1) != len(o2):
+        return None
+    nd = len(o1[0].shape)
+    if nd == 0:
+        return None
+    for a, b in zip(o1, o2):
+        if a.region != b.region or a.dt != b.dt or a.name != b.name or len(a.shape) != nd or len(b.shape) != nd:
+            return None
+        if 0 in a.shape or 0 in b.shape:
+            return None
+    for d in range(nd):
+        if k1 == REDUCE and f1 >> d & 1:
+            continue  # a reduced dim: its blocks sum into one value
+        new = []
+        for q, (a, b) in enumerate(zip(o1, o2)):
+            if any(a.shape[e] != b.shape[e] for e in range(nd) if e != d) or a.strides[d] != b.strides[d]:
+                break
+            if any(a.strides[e] != b.strides[e] for e in range(nd) if e != d and a.shape[e] > 1):
+                break
+            step = a.strides[d] * _itemsize(a)
+            if b.off - a.off != step * a.shape[d] or (q == 0 and step == 0):
+                break
+            shape = list(a.shape)
+            shape[d] = a.shape[d] + b.shape[d]
+            new.append(Opd(a.region, a.dt, shape, a.strides, a.off, a.name))
+        else:
+            if len(new[0].shape) and not _injective(new[0]):
+                continue
+            w1, w2 = o1[0], o2[0]
+            r1, r2 = _reads(s1), _reads(s2)
+            if not all(_disjoint(w1, r, regions) for r in r2) or not all(_disjoint(w2, r, regions) for r in r1):
+                continue
+            return (k1, op1, v1, f1, new)
+    return None
+
+
+def _merge(ins, regions):
+    """Joins runs of steps that repeat one another on adjacent blocks (see _merged) into one step each: an
+    SPMD add over [128, 512] tiles of a [512, 2048] tensor becomes one [512, 2048] add, one library call that
+    can use the pool instead of 16 single-threaded ones."""
+    out = []
+    for st in ins:
+        m = _merged(out[-1], st, regions) if out else None
+        if m is not None:
+            out[-1] = m
+        else:
+            out.append(st)
+    changed = len(out) != len(ins)
+    ins[:] = out
+    return changed
+
+
 FUSE_NEXT = 1 << 30  # nki_exec.c's NKX_FUSE_NEXT: replay this step and the next one row block by row block
 
 
@@ -861,6 +965,10 @@ def optimize(tr):
     for _ in range(4):
         if not _drop_dead(ins, tr.regions):
             break
+    if os.environ.get("NKI_MERGE", "1") != "0":
+        for _ in range(4):
+            if not _merge(ins, tr.regions):
+                break
     tr.ins = ins
     # NKI_FUSE=0 replays every step whole (the reference the fused replay is tested against)
     tr.fuse = os.environ.get("NKI_FUSE", "1") != "0"  # done by Plan, before chip tiles get arena offsets

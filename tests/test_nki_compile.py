@@ -628,9 +628,19 @@ def test_optimizer_forwards_loads_and_stores(monkeypatch):
     tile (and one fill of the output): the optimizer leaves one add per program reading and writing HBM."""
     dev = _dev()
     a, b = _randn(256, 128, seed=50), _randn(256, 128, seed=51)
+    monkeypatch.setenv("NKI_MERGE", "0")
     both(add_grid[2, 2], lambda: (a.to(dev), b.to(dev)), monkeypatch)
     (plan,) = [p for p in _compile._PLANS.values() if p is not _compile._INTERPRET]
     assert plan.steps == 4 and set(plan.ins["kind"].tolist()) == {_compile.BINARY}, plan.ins["kind"]
+    monkeypatch.delenv("NKI_MERGE")
+    nki.reset_compile_cache()
+    ref, out = both(add_grid[2, 2], lambda: (a.to(dev), b.to(dev)), monkeypatch)
+    (plan,) = [p for p in _compile._PLANS.values() if p is not _compile._INTERPRET]
+    # the four programs' adds cover adjacent [128, 64] blocks of one [256, 128] tensor: one step
+    assert plan.steps == 1 and plan.ins[0]["kind"] == _compile.BINARY, plan.ins["kind"]
+    assert plan.ins[0]["o"][0]["sizes"][:2].tolist() == [256, 128]
+    _same(out, a + b)
+    nki.reset_compile_cache()
     monkeypatch.setenv("NKI_COMPILE_OPT", "0")
     nki.reset_compile_cache()
     ref, out = both(add_grid[2, 2], lambda: (a.to(dev), b.to(dev)), monkeypatch)
@@ -1077,3 +1087,47 @@ def test_joined_groups(monkeypatch, name, rows):
     assert any(p.joined >= rows // 128 for p in _plans()), [(p.steps, p.fused, p.joined) for p in _plans()]
     _same(joined, apart)
     torch.testing.assert_close(joined, ref, rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def _shift_rows(x):
+    """Each program copies row block i + 1 of x into row block i of x, in place and in program order: program
+    i reads the block program i + 1 then overwrites, so the copies must not merge into one."""
+    i = nl.program_id(0)
+    t = nl.load(x[(i + 1) * 32:(i + 2) * 32, :])
+    nl.store(x[i * 32:(i + 1) * 32, :], value=t)
+    return x
+
+
+@nki.jit
+def _rows_then_sum(x):
+    """Per program: the row sums of a [32, 64] block; the programs' reduces merge along the rows."""
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    t = nl.load(x[i * 32:(i + 1) * 32, :])
+    nl.store(out[i * 32:(i + 1) * 32, :], value=nl.sum(t, axis=1, keepdims=True))
+    return out
+
+
+def test_merge_adjacent_steps_keeps_dependencies(monkeypatch):
+    """Steps that repeat each other on adjacent blocks merge (_compile._merge) only when neither reads what the
+    other writes: an in-place shift of row blocks (program i reads the block program i + 1 writes) keeps its
+    steps and gives the interpreter's result; independent per-row reductions merge along the rows."""
+    dev = _dev()
+    x = _randn(4 * 32, 48, seed=61)
+    ref, out = both(_shift_rows[3], lambda: (x.clone().to(dev),), monkeypatch)
+    _same(out, ref)
+    _same(out[:96], x[32:])
+    (plan,) = [p for p in _compile._PLANS.values() if p is not _compile._INTERPRET]
+    assert plan.steps == 3, plan.ins["kind"]
+    nki.reset_compile_cache()
+    x = _randn(4 * 32, 64, seed=62)
+    ref, out = both(_rows_then_sum[4], lambda: (x.to(dev),), monkeypatch)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-5)
+    (plan,) = [p for p in _compile._PLANS.values() if p is not _compile._INTERPRET]
+    sizes = [r["o"][0]["sizes"][0] for r in plan.ins]
+    assert max(sizes) == 128, (plan.ins["kind"], sizes)
+    monkeypatch.setenv("NKI_MERGE", "0")
+    nki.reset_compile_cache()
+    _, unmerged = both(_rows_then_sum[4], lambda: (x.to(dev),), monkeypatch)
+    _same(out, unmerged)  # the same library loops on the same rows: the same bits
