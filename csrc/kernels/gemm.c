@@ -575,12 +575,14 @@ static nk_status gemm_skinny(gemm_problem *p) {
         }
         ctx.abf16 = (const uint16_t *)ap;
     } else {
+        const bool pairs = p->dt == NK_BF16 && p->b_sk == 1 && p->isa->skinny_bf16_pairs;
         for (int64_t bi = 0; bi < p->batch; bi++) {
             const char *a = p->a + bi * p->a_bs * p->es;
             float *d = ap + bi * p->m * p->k;
             for (int64_t i = 0; i < p->m; i++)
                 for (int64_t k = 0; k < p->k; k++)
-                    d[i * p->k + k] = load_f32(a + (i * p->a_sm + k * p->a_sk) * p->es, p->dt);
+                    d[i * p->k + (pairs ? nk_gemm_pair_index(k, p->k) : k)] =
+                        load_f32(a + (i * p->a_sm + k * p->a_sk) * p->es, p->dt);
         }
         ctx.apacked = ap;
     }

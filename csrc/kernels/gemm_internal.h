@@ -90,7 +90,19 @@ typedef struct nk_gemm_isa {
     nk_gemm_pack_kcontig_fn pack_b_kcontig;
     nk_gemm_skinny_fn skinny_kcontig;
     nk_gemm_skinny_fn skinny_ncontig;
+    /* skinny_kcontig with bf16 B takes a in pair order: in every whole block of 16 k, the 8 even k first,
+     * then the 8 odd ones (nk_gemm_pair_index); the k past the last whole block stay in order. A bf16 pair
+     * read as one 32-bit lane then widens to two fp32 values with an AND and a shift, no unpacking. */
+    bool skinny_bf16_pairs;
 } nk_gemm_isa;
+
+/* Where k lands in a row of k_total values in pair order. */
+static inline int64_t nk_gemm_pair_index(int64_t k, int64_t k_total) {
+    const int64_t blk = k & ~(int64_t)15;
+    if (blk + 16 > k_total) return k;
+    const int64_t r = k & 15;
+    return blk + ((r & 1) ? 8 + (r >> 1) : (r >> 1));
+}
 
 extern const nk_gemm_isa nk_gemm_isa_avx512;
 extern const nk_gemm_isa nk_gemm_isa_avx2;

@@ -191,13 +191,15 @@ static const int64_t SIZES[][3] = {
     {129, 129, 63}, {200, 5, 70}, {1, 300, 517}, {8, 70, 33},   {13, 40, 300}, {45, 100, 300},
 };
 
-/* bf16 only: edges of the pair-packed kernels (m, n, k around 12, 32, 256, 144; odd k; skinny rows 9..16)
- * and of the few-rows AMX path (m 8..32 with whole and partial 32-deep steps, 32-row weight blocks and
+/* bf16 only: edges of the pair-packed kernels (m, n, k around 12, 32, 256, 144; odd k; skinny rows 9..16),
+ * of the AVX2 skinny kernel's pair order (k = 15, 16, 17, 47 and a long row with a 7-value tail) and of the
+ * few-rows AMX path (m 8..32 with whole and partial 32-deep steps, 32-row weight blocks and
  * 256-column sub-blocks). */
 static const int64_t SIZES_BF16[][3] = {
     {150, 70, 257}, {24, 64, 512}, {37, 45, 513}, {11, 300, 65}, {16, 7, 1001}, {9, 100, 95},
     {145, 33, 31},  {5, 1, 77},    {1, 33, 2},    {14, 41, 64},  {300, 20, 33}, {40, 290, 3},
     {32, 97, 96},   {17, 600, 512}, {25, 31, 33}, {8, 64, 32},  {33, 40, 64},
+    {1, 13, 16},    {3, 7, 15},    {2, 19, 47},   {4, 9, 17},   {1, 50, 2055},
 };
 
 static void run_isa(const char *isa) {
