@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from . import _compile, _core, compiler, isa, language  # noqa: F401
+from . import _compile, _core, _torch_bridge, compiler, isa, language  # noqa: F401
 from ._core import NkiError, NkiTensor  # noqa: F401
 
 __version__ = "0.1.0"
@@ -100,6 +100,7 @@ class _Args:
 
 
 _SCALARS = (bool, int, float, str, type(None))
+_TORCH_TYPES = set()  # the tensor types _is_torch accepted, so a call checks a type once
 _blas_checked = False
 
 
@@ -140,6 +141,7 @@ class Kernel:
         self.grid = tuple(grid)
         self.simulate = simulate
         self.options = options
+        self._target = options.get("platform_target")
         functools.update_wrapper(self, fn)
         g = getattr(fn, "__globals__", None)
         if g is not None:  # the older API's bare buffer names resolve inside kernels, as in the NKI compiler
@@ -155,7 +157,8 @@ class Kernel:
         return f"<nki kernel {getattr(self.fn, '__name__', self.fn)} grid={self.grid}>"
 
     def _fast_key(self, args, kwargs):
-        """The plan key computed straight from torch tensors and plain scalars (no numpy views), or None."""
+        """The plan key computed straight from torch tensors and plain scalars (no numpy views), or None.
+        Every replayed call pays for it (a few us per tensor): keep it to attribute reads and tuples."""
         parts = []
         dev = None
         tensors = []
@@ -163,21 +166,23 @@ class Kernel:
             ta = type(a)
             if ta in _SCALARS:
                 parts.append((ta, a))
+            elif ta in _TORCH_TYPES or _is_torch(a):
+                _TORCH_TYPES.add(ta)
+                d = a.device
+                if dev is None:
+                    dev = d
+                elif d != dev:
+                    return None, None, None
+                parts.append((a.dtype, a.shape, a.stride(), a.storage_offset(), a.untyped_storage().nbytes()))
+                tensors.append(a)
             elif ta is _core.DType:
                 parts.append(("D", a.name))
-            elif _is_torch(a):
-                if dev is None:
-                    dev = a.device
-                elif a.device != dev:
-                    return None, None, None
-                parts.append((a.dtype, tuple(a.shape), a.stride(), a.storage_offset(), a.untyped_storage().nbytes()))
-                tensors.append(a)
             else:
                 return None, None, None
         if dev is None:
             return None, None, None
-        return (self.fn, self.grid, os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE"),
-                self.options.get("platform_target"), str(dev), tuple(sorted(kwargs)), tuple(parts)), tensors, dev
+        return (self.fn, self.grid, _compile.env("NEURON_PLATFORM_TARGET_OVERRIDE", b"NEURON_PLATFORM_TARGET_OVERRIDE"), self._target, dev,
+                tuple(sorted(kwargs)) if kwargs else (), tuple(parts)), tensors, dev
 
     def __call__(self, *args, **kwargs):
         outer = _core.current()
@@ -188,9 +193,8 @@ class Kernel:
             fkey, tensors, dev = self._fast_key(args, kwargs)
             plan = _compile._FAST.get(fkey) if fkey is not None else None
             if plan is not None:  # replay with torch tensors only: no numpy views, no NkiTensors
-                from . import _torch_bridge
-
-                _torch_bridge.synchronize(dev)
+                if dev.type != "cpu":
+                    _torch_bridge.sync_fn()()
                 result = plan.run_torch(tensors, dev)
                 _compile.bump("compiled_calls")
                 return result

@@ -40,6 +40,20 @@ def from_torch(t) -> NkiTensor:
     return NkiTensor(storage_of(t, dt), tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
+_SYNC = None
+
+
+def sync_fn():
+    """torch.neuron.synchronize, looked up once (the replay path calls it on every call)."""
+    global _SYNC
+    if _SYNC is None:
+        import torch
+
+        mod = getattr(torch, "neuron", None)
+        _SYNC = getattr(mod, "synchronize", None) or (lambda: None)
+    return _SYNC
+
+
 def synchronize(device):
     import torch
 
