@@ -6,8 +6,11 @@
 Models: "100m" (12 x 768, a 32000-token tied embedding) and "large", sized from the last-level cache measured here
 so that its weights in the benchmarked dtype are at least 4x the LLC (~1.1B parameters for a 480 MiB L3 in bf16).
 Prefill: tokens/s of one forward pass over a prompt of each --prefills length (batch 1).
-Decode: tokens/s (all sequences of the batch) of greedy generation with the static cache, excluding the prefill
-(time of NEW tokens minus the time of 1).
+Decode: tokens/s (all sequences of the batch) of greedy generation with the static cache, excluding the prefill:
+the time from the first generated token to the last, over NEW - 1 steps, taken inside one generate call by a
+streamer that waits for the device at each token. (Subtracting a 1-token generation from a NEW-token one, as
+before, mixed two static-cache sizes, which are two compiled graphs, and gave no figure at all when the 1-token
+call was the slower.)
 Bound: a decode step reads every weight once, so it cannot beat batch x read bandwidth / weight bytes, with the
 read bandwidth from a read-only probe (benchmarks/machine.py); nor batch x peak / (2 x parameters) when compute
 bounds it. The bound holds only for weights several times the LLC: a cache-resident model (the 100M one) reads
@@ -72,6 +75,24 @@ def once(fn, device):
     return time.perf_counter() - t
 
 
+class StepClock:
+    """A generate() streamer that stamps each put (the prompt, then every new token) after the device is done."""
+
+    def __init__(self, device):
+        self.device, self.stamps = device, []
+
+    def put(self, value):
+        sync(self.device)
+        self.stamps.append(time.perf_counter())
+
+    def end(self):
+        pass
+
+    def decode_seconds(self):
+        """Time from the first new token to the last (the decode steps without the prefill)."""
+        return self.stamps[-1] - self.stamps[1]
+
+
 def compile_available():
     try:
         return "neuron" in torch._dynamo.list_backends(exclude_tags=())
@@ -132,20 +153,17 @@ def run_model(label, model_cpu, dtype, args, bw, peak, llc, res, rows):
             short = torch.randint(3, VOCAB, (batch, DECODE_PROMPT), generator=gen)
             ins = {"neuron": short.to("neuron"), "cpu": short}
 
-            def gen_fn(d, new):
-                return lambda: models[d].generate(ins[d], max_new_tokens=new, min_new_tokens=new, **kwargs)
-            one = alternate({d: gen_fn(d, 1) for d in models}, args.repeats)
-            full = alternate({d: gen_fn(d, args.new) for d in models}, args.repeats)
-            # Decode time = a generation of args.new tokens minus one of a single token (its prefill). When
-            # the single-token call is the slower one (seen once, compiled, on a fresh compile cache) the
-            # difference means nothing: the figure is left out rather than printed as billions of tok/s.
-            gaps = {d: [t - statistics.median(one[d]) for t in full[d]] for d in models}
-            if any(g <= 0 for d in models for g in gaps[d]):
-                print(f"{group:16s} decode b{batch}: a 1-token generation took longer than a {args.new}-token one "
-                      f"({ {d: [round(x, 4) for x in one[d]] for d in models} } s vs "
-                      f"{ {d: [round(x, 4) for x in full[d]] for d in models} } s): figure left out", flush=True)
-                continue
-            tps = {d: [batch * (args.new - 1) / g for g in gaps[d]] for d in models}
+            clocks = {d: [] for d in models}
+
+            def gen_fn(d):
+                def run():
+                    clocks[d].append(StepClock(d))
+                    models[d].generate(ins[d], max_new_tokens=args.new, min_new_tokens=args.new,
+                                       streamer=clocks[d][-1], **kwargs)
+                return run
+            alternate({d: gen_fn(d) for d in models}, args.repeats)
+            # The first call of each device is alternate's untimed warm-up.
+            tps = {d: [batch * (args.new - 1) / c.decode_seconds() for c in clocks[d][1:]] for d in models}
             n_med, n_lo, n_hi = spread(tps["neuron"])
             c_med, c_lo, c_hi = spread(tps["cpu"])
             ratio = n_med / c_med
@@ -192,6 +210,8 @@ def main():
     args = parser.parse_args()
     import torch_neuronx  # noqa: F401
 
+    if args.new < 2 or (args.large_new is not None and args.large_new < 2):
+        parser.error("--new and --large-new must be at least 2: decode is timed from the first new token to the last")
     args.batches = [int(x) for x in args.batches.split(",") if x]
     args.prefills = [int(x) for x in args.prefills.split(",") if x]
     transformers.logging.set_verbosity_error()
