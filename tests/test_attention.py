@@ -66,6 +66,37 @@ def test_forward_several_query_and_key_blocks(dtype, causal, kt_layout):
     check(out, cpu_ref(q, k, v, is_causal=causal, enable_gqa=True), dtype)
 
 
+@pytest.mark.parametrize("D", [1, 8, 20, 40, 72, 80, 512])
+@pytest.mark.parametrize("causal", [False, True])
+def test_forward_head_dims(D, causal):
+    # Head dims that are not a multiple of 16 run 8-wide strips and contract over D only on AVX2; 150 queries
+    # and 140 keys cross block edges; Dv = D + 8 unless D is wide.
+    q, k, v = inputs(1, 2, 1, 150, 140, D, torch.float32, Dv=D if D >= 80 else D + 8)
+    out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), is_causal=causal,
+                                         enable_gqa=True)
+    check(out, cpu_ref(q, k, v, is_causal=causal, enable_gqa=True), torch.float32)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "k_masked_row"])
+def test_nan_propagates_as_on_cpu(where):
+    # A NaN score makes its row's maximum NaN: the whole row is NaN on CPU, and was zeros here when the NaN sat
+    # in a row's first key block.
+    q, k, v = inputs(1, 2, 2, 100, 100, 40, torch.float32)
+    mask = None
+    if where == "q":
+        q[0, 0, 5, 3] = float("nan")
+    else:
+        k[0, 1, 3, 0] = float("nan")
+    if where == "k_masked_row":
+        mask = torch.zeros(100, 100)
+        mask[7, :] = float("-inf")
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"),
+                                         attn_mask=None if mask is None else mask.to("neuron")).cpu()
+    assert torch.equal(out.isnan(), ref.isnan())
+    torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), atol=2e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("mask_kind", ["bool_full", "bool_bcast", "float_2d", "float_bcast_head", "float_view"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_masks(mask_kind, dtype):

@@ -35,6 +35,11 @@ typedef struct nk_attn_simd {
     void (*row_exp)(float *s, int64_t n, float m);
     /* gemm_acc's N must be a multiple of this (16, or 8 where a narrower strip exists). */
     int64_t n_align;
+    /* C[M, N] (+)= A[M, K] @ B[K, N] with B packed in column strips (NULL where an ISA has none): strip j
+     * (columns j .. j+w, w = 16 or, last, 8) at Bpk + j * ldk (ldk >= K), element (k, j + jj) at
+     * [k * w + jj]. N a multiple of 8; init: C = A @ B (C is not read), else C += A @ B. */
+    void (*gemm_pk)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bpk, int64_t ldk,
+                    float *C, int64_t ldc, bool init);
 } nk_attn_simd;
 
 /* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
@@ -81,12 +86,14 @@ typedef struct nk_attn_simd {
  * of the 16 ymm registers (the shape of BLIS's Haswell kernel). Two loads feed every 2R FMAs, so R = 6
  * runs near the FMA rate where R = 4 (three loads per four FMAs) waited on loads.
  */
-#define NK_AVX2_TILE(R)                                                                                    \
+#define NK_AVX2_TILE(R) NK_AVX2_TILE_I(R, false)
+/* init: the accumulators start at zero instead of C's values. */
+#define NK_AVX2_TILE_I(R, init)                                                                            \
     do {                                                                                                   \
         __m256 c_[R][2];                                                                                   \
         for (int r_ = 0; r_ < (R); r_++) {                                                                 \
-            c_[r_][0] = _mm256_loadu_ps(Ct + r_ * ldc);                                                    \
-            c_[r_][1] = _mm256_loadu_ps(Ct + r_ * ldc + 8);                                                \
+            c_[r_][0] = (init) ? _mm256_setzero_ps() : _mm256_loadu_ps(Ct + r_ * ldc);                     \
+            c_[r_][1] = (init) ? _mm256_setzero_ps() : _mm256_loadu_ps(Ct + r_ * ldc + 8);                 \
         }                                                                                                  \
         for (int64_t k_ = 0; k_ < kc; k_++) {                                                              \
             const __m256 b0_ = _mm256_loadu_ps(Bt + k_ * ldb), b1_ = _mm256_loadu_ps(Bt + k_ * ldb + 8);   \
@@ -105,10 +112,11 @@ typedef struct nk_attn_simd {
 /* The same for an 8-column strip (R <= 12: R accumulators, one B vector, a broadcast): the last strip
  * of a row length that is a multiple of 8 but not of 16 (head dims 40, 72, 24), which a 16-wide strip
  * padded with zeros (a fifth of the product's work at 40). */
-#define NK_AVX2_TILE8(R)                                                                                   \
+#define NK_AVX2_TILE8(R) NK_AVX2_TILE8_I(R, false)
+#define NK_AVX2_TILE8_I(R, init)                                                                           \
     do {                                                                                                   \
         __m256 c_[R];                                                                                      \
-        for (int r_ = 0; r_ < (R); r_++) c_[r_] = _mm256_loadu_ps(Ct + r_ * ldc);                          \
+        for (int r_ = 0; r_ < (R); r_++) c_[r_] = (init) ? _mm256_setzero_ps() : _mm256_loadu_ps(Ct + r_ * ldc); \
         for (int64_t k_ = 0; k_ < kc; k_++) {                                                              \
             const __m256 b0_ = _mm256_loadu_ps(Bt + k_ * ldb);                                             \
             for (int r_ = 0; r_ < (R); r_++)                                                               \
@@ -192,8 +200,76 @@ NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const floa
         }
     }
 }
+
+/* gemm_pk (see nk_attn_simd): the forward packs K^T and V once per call in the strips the tiles read, so
+ * no product copies a strip per query block (an eighth of the products' time at head dim 40, much of
+ * it waiting for rows far apart in L3), and the scores start from zero without a memset and a load. */
+NK_AVX2 static void nk_gemm_pk_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bpk,
+                                    int64_t ldk, float *C, int64_t ldc, bool init_all) {
+    for (int64_t k0 = 0; k0 < K; k0 += NK_AVX2_KC) {
+        const int64_t kc = K - k0 < NK_AVX2_KC ? K - k0 : NK_AVX2_KC;
+        const bool init = init_all && k0 == 0;
+        for (int64_t j = 0; j < N; j += 16) {
+            const int64_t w = N - j < 16 ? 8 : 16;
+            const float *Bt = Bpk + j * ldk + k0 * w;
+            const int64_t ldb = w;
+            int64_t i = 0;
+            if (w == 16) {
+                for (; i + 6 <= M; i += 6) {
+                    const float *At = A + i * lda + k0;
+                    float *Ct = C + i * ldc + j;
+                    if (init) NK_AVX2_TILE_I(6, true);
+                    else NK_AVX2_TILE_I(6, false);
+                }
+                const float *At = A + i * lda + k0;
+                float *Ct = C + i * ldc + j;
+                switch ((M - i) * 2 + init) {
+                case 11: NK_AVX2_TILE_I(5, true); break;
+                case 10: NK_AVX2_TILE_I(5, false); break;
+                case 9: NK_AVX2_TILE_I(4, true); break;
+                case 8: NK_AVX2_TILE_I(4, false); break;
+                case 7: NK_AVX2_TILE_I(3, true); break;
+                case 6: NK_AVX2_TILE_I(3, false); break;
+                case 5: NK_AVX2_TILE_I(2, true); break;
+                case 4: NK_AVX2_TILE_I(2, false); break;
+                case 3: NK_AVX2_TILE_I(1, true); break;
+                case 2: NK_AVX2_TILE_I(1, false); break;
+                default: break;
+                }
+            } else {
+                for (; i + 12 <= M; i += 12) {
+                    const float *At = A + i * lda + k0;
+                    float *Ct = C + i * ldc + j;
+                    if (init) NK_AVX2_TILE8_I(12, true);
+                    else NK_AVX2_TILE8_I(12, false);
+                }
+                for (; i < M; i += 6) {
+                    const float *At = A + i * lda + k0;
+                    float *Ct = C + i * ldc + j;
+                    switch ((M - i < 6 ? M - i : 6) * 2 + init) {
+                    case 13: NK_AVX2_TILE8_I(6, true); break;
+                    case 12: NK_AVX2_TILE8_I(6, false); break;
+                    case 11: NK_AVX2_TILE8_I(5, true); break;
+                    case 10: NK_AVX2_TILE8_I(5, false); break;
+                    case 9: NK_AVX2_TILE8_I(4, true); break;
+                    case 8: NK_AVX2_TILE8_I(4, false); break;
+                    case 7: NK_AVX2_TILE8_I(3, true); break;
+                    case 6: NK_AVX2_TILE8_I(3, false); break;
+                    case 5: NK_AVX2_TILE8_I(2, true); break;
+                    case 4: NK_AVX2_TILE8_I(2, false); break;
+                    case 3: NK_AVX2_TILE8_I(1, true); break;
+                    case 2: NK_AVX2_TILE8_I(1, false); break;
+                    default: break;
+                    }
+                }
+            }
+        }
+    }
+}
 #undef NK_AVX2_TILE
 #undef NK_AVX2_TILE8
+#undef NK_AVX2_TILE_I
+#undef NK_AVX2_TILE8_I
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */
 NK_AVX2 static void nk_gemv_dots_avx2(int64_t n, int64_t d, const float *q, const float *K, int64_t ldk, float *s) {
@@ -249,15 +325,17 @@ NK_AVX2 static inline __m256 nk_exp8_avx2(__m256 x) {
 /*
  * exp(x) for x <= 0 or NaN, the softmax's arguments (a score minus its row maximum): no overflow side,
  * so 2^n (n in [-126, 0]) is one multiply, its exponent bits taken from the rounding sum itself
- * ((1.5 * 2^23 + n) has n in its low mantissa bits), and the clamp to the range is one max (which turns a
- * NaN into the clamp; the NaN is put back at the end). Results equal nk_exp8_avx2's bit for bit: both
- * scalings are exact where the result is normal, and below the range both give 0. A quarter fewer
- * instructions: the exponentials were 15-20% of a head-dim-40 attention.
+ * ((1.5 * 2^23 + n) has n in its low mantissa bits), and the clamp to the range is one max, whose
+ * operand order keeps a NaN x (vmaxps returns its second operand when either is NaN), so the NaN flows
+ * through to the result with no compare and blend of its own. Results equal nk_exp8_avx2's bit for
+ * bit: both scalings are exact where the result is normal, and below the range both give 0. 15
+ * instructions instead of 23: the exponentials were 15-20% of a head-dim-40 attention, at about 10
+ * cycles per vector, bound by the FP pipes.
  */
 NK_AVX2 static inline __m256 nk_exp8_nonpos_avx2(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.33654f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 xc = _mm256_max_ps(x, lo); /* NaN -> lo: max returns its second operand then */
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ); /* false for NaN */
+    const __m256 xc = _mm256_max_ps(lo, x);                /* NaN x -> NaN */
     const __m256 magic = _mm256_set1_ps(12582912.0f);
     const __m256 t = _mm256_fmadd_ps(xc, _mm256_set1_ps(1.44269504088896341f), magic);
     const __m256 n = _mm256_sub_ps(t, magic);
@@ -272,8 +350,7 @@ NK_AVX2 static inline __m256 nk_exp8_nonpos_avx2(__m256 x) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
     const __m256 s = _mm256_castsi256_ps(
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23));
-    const __m256 y = _mm256_andnot_ps(under, _mm256_mul_ps(p, s));
-    return _mm256_blendv_ps(y, x, nan);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, s)); /* NaN * s is NaN whatever s's bits */
 }
 
 /* max(a, b) per lane keeping a NaN of b, as nk_vmax_nan. */
@@ -289,13 +366,20 @@ NK_AVX2 static inline float nk_hmax8_avx2(__m256 m) {
     return _mm256_cvtss_f32(m);
 }
 
+/* A NaN anywhere makes the maximum NaN (as nk_max_nan8_avx2), found by an unordered-compare flag beside a
+ * plain max: the NaN-keeping max per vector (two compares, an or, a blend in a chain) made this pass
+ * a quarter of the exponentials' time. */
 NK_AVX2 static float nk_row_max_avx2(const float *s, int64_t n) {
-    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0, u0 = _mm256_setzero_ps(), u1 = u0;
     for (int64_t j = 0; j < n; j += 16) {
-        m0 = nk_max_nan8_avx2(m0, _mm256_loadu_ps(s + j));
-        m1 = nk_max_nan8_avx2(m1, _mm256_loadu_ps(s + j + 8));
+        const __m256 v0 = _mm256_loadu_ps(s + j), v1 = _mm256_loadu_ps(s + j + 8);
+        m0 = _mm256_max_ps(m0, v0);
+        m1 = _mm256_max_ps(m1, v1);
+        u0 = _mm256_or_ps(u0, _mm256_cmp_ps(v0, v0, _CMP_UNORD_Q));
+        u1 = _mm256_or_ps(u1, _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q));
     }
-    return nk_hmax8_avx2(nk_max_nan8_avx2(m0, m1));
+    if (!_mm256_testz_ps(_mm256_or_ps(u0, u1), _mm256_or_ps(u0, u1))) return NAN;
+    return nk_hmax8_avx2(_mm256_max_ps(m0, m1));
 }
 
 NK_AVX2 static float nk_row_scale_max_avx2(float *s, int64_t n, float scale) {
@@ -358,6 +442,7 @@ static const nk_attn_simd nk_attn_simd_table_avx2 = {
     .row_exp_sum = nk_row_exp_sum_avx2,
     .row_exp = nk_row_exp_avx2,
     .n_align = 8,
+    .gemm_pk = nk_gemm_pk_avx2,
 };
 #endif
 
@@ -395,7 +480,9 @@ typedef struct nk_sdpa_ctx {
     double keep;           /* 1 - dropout_p */
     float keep_scale;
     const nk_tensor *out, *lse, *grad_out, *dq, *dk, *dv, *dmask;
-    float *kt; /* forward: K transposed once per call, [B][Hkv][key block][Dp][nkp] (see nk_sdpa_kt_range) */
+    float *kt; /* forward: K transposed once per call, [B][Hkv][key block][Dp][nkp] (see nk_sdpa_kt_range),
+                * or with simd->gemm_pk in its strips: [B][Hkv][key block][nkp / 16][D][16] */
+    float *vp; /* forward with simd->gemm_pk: V in strips once per call, [B][Hkv][key block][Dvn / 16][nk][16 or 8] */
     int64_t nkb;
     atomic_int failed;
 } nk_sdpa_ctx;
@@ -550,11 +637,50 @@ static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
                 if (j < nj) nk_load_row(c, rows + j * Dp, nk_at(k, c->es, b, hk, k0 + j0 + j), k->strides[3], D, Dp);
                 else memset(rows + j * Dp, 0, sizeof(float) * (size_t)Dp);
             }
+            if (c->simd->gemm_pk != NULL) { /* the strip of these 16 keys: [D][16] */
+                for (int64_t d = 0; d < D; d++) {
+                    float *o = dst + j0 * D + d * 16;
+                    for (int64_t j = 0; j < 16; j++) o[j] = rows[j * Dp + d];
+                }
+                continue;
+            }
             for (int64_t d0 = 0; d0 < Dp; d0 += 16)
                 for (int64_t d = d0; d < d0 + 16; d++) {
                     float *o = dst + d * nkp + j0;
                     for (int64_t j = 0; j < 16; j++) o[j] = rows[j * Dp + d];
                 }
+        }
+    }
+}
+
+/* Value block kb of head (b, hk) in gemm_pk's strips (Dvn columns; the block's nk keys are the
+ * contraction), once per call like the transposed keys. */
+static float *nk_sdpa_vp_block(const nk_sdpa_ctx *c, int64_t b, int64_t hk, int64_t kb) {
+    return c->vp + ((b * c->Hkv + hk) * c->nkb + kb) * c->Dvn * NK_ATTN_BK;
+}
+
+static void nk_sdpa_vp_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    const nk_tensor *v = c->a->v;
+    const int64_t Dv = c->Dv, Dvn = c->Dvn;
+    float *row;
+    float **const bufs[] = {&row};
+    const size_t sizes[] = {(size_t)Dvn};
+    if (!nk_attn_carve(bufs, sizes, 1)) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int64_t t = begin; t < end; t++) {
+        const int64_t b = t / (c->Hkv * c->nkb), hk = (t / c->nkb) % c->Hkv, kb = t % c->nkb;
+        const int64_t k0 = kb * NK_ATTN_BK;
+        const int64_t nk = c->Lk - k0 < NK_ATTN_BK ? c->Lk - k0 : NK_ATTN_BK;
+        float *dst = nk_sdpa_vp_block(c, b, hk, kb);
+        for (int64_t j = 0; j < nk; j++) {
+            nk_load_row(c, row, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], Dv, Dvn);
+            for (int64_t d0 = 0; d0 < Dvn; d0 += 16) {
+                const int64_t w = Dvn - d0 < 16 ? 8 : 16;
+                memcpy(dst + d0 * nk + j * w, row + d0, sizeof(float) * (size_t)w);
+            }
         }
     }
 }
@@ -611,7 +737,9 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             const uint16_t *Vb = direct_vb ? (const uint16_t *)v->data + b * v->strides[0] + hk * v->strides[1] +
                                                  k0 * v->strides[2]
                                            : NULL;
-            if (mq >= 4 && c->kt != NULL) {
+            if (mq >= 4 && c->kt != NULL && simd->gemm_pk != NULL) {
+                simd->gemm_pk(mq, nkp, c->D, Q, Dp, nk_sdpa_kt_block(c, b, hk, k0 / BK), c->D, S, nkp, true);
+            } else if (mq >= 4 && c->kt != NULL) {
                 memset(S, 0, sizeof(float) * (size_t)(mq * nkp));
                 /* The stored block spans all its keys (causality may use fewer): its own row stride. */
                 const int64_t ldk = nk_round16(c->Lk - k0 < BK ? c->Lk - k0 : BK);
@@ -643,7 +771,7 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
                     nk_load_row(c, Kp + j * Dp, nk_at(k, c->es, b, hk, k0 + j), k->strides[3], c->D, Dp);
                 for (int64_t i = 0; i < mq; i++) simd->gemv_dots(nk, Dp, Q + i * Dp, Kp, Dp, S + i * nkp);
             }
-            if (Vd == NULL && Vb == NULL)
+            if (Vd == NULL && Vb == NULL && (c->vp == NULL || mq < 4))
                 for (int64_t j = 0; j < nk; j++)
                     nk_load_row(c, V + j * Dvp, nk_at(v, c->es, b, hk, k0 + j), v->strides[3], c->Dv, Dvn);
             /* Online softmax in three sweeps, as the AMX path: new row maxima, the rescale factors of all
@@ -653,7 +781,9 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
                 float *s = S + i * nkp;
                 nk_mask_row(c, s, tmp, b, h, q0 + i, k0, nk, nkp);
                 const float mx = simd->row_max(s, nkp);
-                mnew[i] = mx > mrow[i] ? mx : mrow[i];
+                /* A NaN maximum is kept, so the row comes out NaN as PyTorch's does: taking the old maximum
+                 * (-inf in the first block) skipped the block as if nothing were attended, zeros. */
+                mnew[i] = mx > mrow[i] || mx != mx ? mx : mrow[i];
             }
             simd->vec_exp_diff(mrow, mnew, alpha, nk_round16(mq));
             simd->rows_exp_sum(S, nkp, mq, nkp, mnew, sum); /* rows with nothing to attend: zeros */
@@ -674,7 +804,11 @@ static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
             }
             /* Only the nk real keys: columns past them hold zero probabilities and may lie past the
              * end of v. */
-            if (Vd != NULL) {
+            if (c->vp != NULL && mq >= 4) {
+                /* The stored block spans all its keys (causality may use fewer): strips that far apart. */
+                const int64_t nks = c->Lk - k0 < BK ? c->Lk - k0 : BK;
+                simd->gemm_pk(mq, Dvn, nk, S, nkp, nk_sdpa_vp_block(c, b, hk, k0 / BK), nks, O, Dvp, false);
+            } else if (Vd != NULL) {
                 simd->gemm_acc(mq, Dvn, nk, S, nkp, Vd, v->strides[2], O, Dvp);
             } else if (Vb != NULL) {
                 simd->gemm_acc_bf16(mq, Dvp, nk, S, nkp, Vb, v->strides[2], O, Dvp);
@@ -954,9 +1088,21 @@ nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_
                 return NK_INVALID;
             }
         }
+        const double vbytes = (double)c.B * (double)c.Hkv * (double)c.nkb * (double)c.Dvn * NK_ATTN_BK * 4.0;
+        if (c.simd->gemm_pk != NULL && c.Dv > 0 && vbytes <= (double)(1u << 30))
+            c.vp = nk_attn_alloc((size_t)(vbytes / 4.0));
+        if (c.vp != NULL) {
+            nk_parallel_for(c.B * c.Hkv * c.nkb, 1, nk_sdpa_vp_range, &c);
+            if (atomic_load(&c.failed)) {
+                free(c.kt);
+                free(c.vp);
+                return NK_INVALID;
+            }
+        }
     }
     nk_parallel_for(tasks, 1, amx ? nk_sdpa_fwd_amx_range : nk_sdpa_fwd_range, &c);
     free(c.kt);
+    free(c.vp);
     return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
 }
 
