@@ -88,7 +88,9 @@ typedef struct nk_attn_simd {
  */
 #define NK_AVX2_TILE(R) NK_AVX2_TILE_I(R, false)
 /* init: the accumulators start at zero instead of C's values. */
-#define NK_AVX2_TILE_I(R, init)                                                                            \
+#define NK_AVX2_TILE_I(R, init) NK_AVX2_TILE_IP(R, init, (const float *)0)
+/* PF (when not a null constant): a line of a 16-wide strip prefetched per k, for the next strip. */
+#define NK_AVX2_TILE_IP(R, init, PF)                                                                       \
     do {                                                                                                   \
         __m256 c_[R][2];                                                                                   \
         for (int r_ = 0; r_ < (R); r_++) {                                                                 \
@@ -96,6 +98,7 @@ typedef struct nk_attn_simd {
             c_[r_][1] = (init) ? _mm256_setzero_ps() : _mm256_loadu_ps(Ct + r_ * ldc + 8);                 \
         }                                                                                                  \
         for (int64_t k_ = 0; k_ < kc; k_++) {                                                              \
+            if ((PF) != 0) _mm_prefetch((const char *)((PF) + k_ * 16), _MM_HINT_T0);                      \
             const __m256 b0_ = _mm256_loadu_ps(Bt + k_ * ldb), b1_ = _mm256_loadu_ps(Bt + k_ * ldb + 8);   \
             for (int r_ = 0; r_ < (R); r_++) {                                                             \
                 const __m256 a_ = _mm256_broadcast_ss(At + r_ * lda + k_);                                 \
@@ -215,6 +218,20 @@ NK_AVX2 static void nk_gemm_pk_avx2(int64_t M, int64_t N, int64_t K, const float
             const int64_t ldb = w;
             int64_t i = 0;
             if (w == 16) {
+                /* The first row tile prefetches the next 16-wide strip of this pass (or the first of the
+                 * next pass), a line per k: strips come from L2 or L3 (a head's K^T and V exceed L2 from
+                 * about 1k keys at head dim 128) and the first tile of each waited for them, 14% of the
+                 * products of a head-dim-512 attention.
+                 * (A prefetch past a short last strip or pass only fetches a line for nothing: it never faults.)
+                 */
+                const float *pf = j + 16 < N ? Bpk + (j + 16) * ldk + k0 * 16 : (k0 + kc < K ? Bpk + (k0 + kc) * 16 : Bt);
+                if (i + 6 <= M) {
+                    const float *At = A + i * lda + k0;
+                    float *Ct = C + i * ldc + j;
+                    if (init) NK_AVX2_TILE_IP(6, true, pf);
+                    else NK_AVX2_TILE_IP(6, false, pf);
+                    i += 6;
+                }
                 for (; i + 6 <= M; i += 6) {
                     const float *At = A + i * lda + k0;
                     float *Ct = C + i * ldc + j;
@@ -269,6 +286,7 @@ NK_AVX2 static void nk_gemm_pk_avx2(int64_t M, int64_t N, int64_t K, const float
 #undef NK_AVX2_TILE
 #undef NK_AVX2_TILE8
 #undef NK_AVX2_TILE_I
+#undef NK_AVX2_TILE_IP
 #undef NK_AVX2_TILE8_I
 
 /* s[j] = dot(q, K[j, :]) for j < n; d a multiple of 16. */
@@ -653,6 +671,53 @@ static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/*
+ * The forward's per-call copies of K and V (megabytes: K^T and packed V of every head), one of each kept
+ * across calls (up to 64 MiB each): glibc maps and unmaps allocations that large on every call, and
+ * faulting the fresh zero pages in was 4% of a 1k-token head-dim-512 attention. get takes the kept buffer
+ * if it is large enough (else a new one; *cap its size); put keeps the buffer if the slot is empty.
+ */
+#define NK_ATTN_KEEP_FLOATS ((size_t)16 << 20)
+static struct {
+    float *p;
+    size_t cap;
+} g_attn_big[2];
+static atomic_flag g_attn_big_lock = ATOMIC_FLAG_INIT;
+
+static float *nk_attn_big_get(int slot, size_t floats, size_t *cap) {
+    while (atomic_flag_test_and_set_explicit(&g_attn_big_lock, memory_order_acquire)) {
+    }
+    float *p = g_attn_big[slot].p;
+    size_t have = g_attn_big[slot].cap;
+    g_attn_big[slot].p = NULL;
+    g_attn_big[slot].cap = 0;
+    atomic_flag_clear_explicit(&g_attn_big_lock, memory_order_release);
+    if (p != NULL && have >= floats) {
+        *cap = have;
+        return p;
+    }
+    free(p);
+    p = nk_attn_alloc(floats);
+    *cap = p != NULL ? floats : 0;
+    return p;
+}
+
+static void nk_attn_big_put(int slot, float *p, size_t cap) {
+    if (p == NULL) return;
+    if (cap <= NK_ATTN_KEEP_FLOATS) {
+        while (atomic_flag_test_and_set_explicit(&g_attn_big_lock, memory_order_acquire)) {
+        }
+        const bool kept = g_attn_big[slot].p == NULL;
+        if (kept) {
+            g_attn_big[slot].p = p;
+            g_attn_big[slot].cap = cap;
+        }
+        atomic_flag_clear_explicit(&g_attn_big_lock, memory_order_release);
+        if (kept) return;
+    }
+    free(p);
+}
+
 /* Value block kb of head (b, hk) in gemm_pk's strips (Dvn columns; the block's nk keys are the
  * contraction), once per call like the transposed keys. */
 static float *nk_sdpa_vp_block(const nk_sdpa_ctx *c, int64_t b, int64_t hk, int64_t kb) {
@@ -661,6 +726,7 @@ static float *nk_sdpa_vp_block(const nk_sdpa_ctx *c, int64_t b, int64_t hk, int6
 
 static void nk_sdpa_vp_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
+    if (c->vp == NULL) return;
     const nk_tensor *v = c->a->v;
     const int64_t Dv = c->Dv, Dvn = c->Dvn;
     float *row;
@@ -683,6 +749,12 @@ static void nk_sdpa_vp_range(void *ctx, int64_t begin, int64_t end) {
             }
         }
     }
+}
+
+/* Both per-call copies in one parallel pass (one barrier). */
+static void nk_sdpa_pack_range(void *ctx, int64_t begin, int64_t end) {
+    nk_sdpa_kt_range(ctx, begin, end);
+    nk_sdpa_vp_range(ctx, begin, end);
 }
 
 static void nk_sdpa_fwd_range(void *ctx, int64_t begin, int64_t end) {
@@ -1076,33 +1148,20 @@ nk_status nk_sdpa_forward(const nk_sdpa_args *a, const nk_tensor *out, const nk_
     /* Tiles pay off from a few dozen query rows (prefill); decode rows stay on the vector path. */
     const bool amx = a->q->dtype == NK_BF16 && c.Lq >= 16 && c.D > 0 && nk_gemm_bf16_on_amx() &&
                      nk_gemm_dpbf16_available();
+    size_t ktcap = 0, vpcap = 0;
     if (!amx && c.Lq >= 4 && c.Lk > 0 && c.D > 0) {
         /* K transposed once for every query block; a copy of K in fp32 (padded), skipped past 1 GiB. */
         c.nkb = (c.Lk + NK_ATTN_BK - 1) / NK_ATTN_BK;
         const double bytes = (double)c.B * (double)c.Hkv * (double)c.nkb * (double)c.Dp * NK_ATTN_BK * 4.0;
-        if (bytes <= (double)(1u << 30)) c.kt = nk_attn_alloc((size_t)(bytes / 4.0));
-        if (c.kt != NULL) {
-            nk_parallel_for(c.B * c.Hkv * c.nkb, 1, nk_sdpa_kt_range, &c);
-            if (atomic_load(&c.failed)) {
-                free(c.kt);
-                return NK_INVALID;
-            }
-        }
+        if (bytes <= (double)(1u << 30)) c.kt = nk_attn_big_get(0, (size_t)(bytes / 4.0), &ktcap);
         const double vbytes = (double)c.B * (double)c.Hkv * (double)c.nkb * (double)c.Dvn * NK_ATTN_BK * 4.0;
-        if (c.simd->gemm_pk != NULL && c.Dv > 0 && vbytes <= (double)(1u << 30))
-            c.vp = nk_attn_alloc((size_t)(vbytes / 4.0));
-        if (c.vp != NULL) {
-            nk_parallel_for(c.B * c.Hkv * c.nkb, 1, nk_sdpa_vp_range, &c);
-            if (atomic_load(&c.failed)) {
-                free(c.kt);
-                free(c.vp);
-                return NK_INVALID;
-            }
-        }
+        if (c.kt != NULL && c.simd->gemm_pk != NULL && c.Dv > 0 && vbytes <= (double)(1u << 30))
+            c.vp = nk_attn_big_get(1, (size_t)(vbytes / 4.0), &vpcap);
+        if (c.kt != NULL) nk_parallel_for(c.B * c.Hkv * c.nkb, 1, nk_sdpa_pack_range, &c);
     }
-    nk_parallel_for(tasks, 1, amx ? nk_sdpa_fwd_amx_range : nk_sdpa_fwd_range, &c);
-    free(c.kt);
-    free(c.vp);
+    if (!atomic_load(&c.failed)) nk_parallel_for(tasks, 1, amx ? nk_sdpa_fwd_amx_range : nk_sdpa_fwd_range, &c);
+    nk_attn_big_put(0, c.kt, ktcap);
+    nk_attn_big_put(1, c.vp, vpcap);
     return atomic_load(&c.failed) ? NK_INVALID : NK_SUCCESS;
 }
 
