@@ -1131,3 +1131,36 @@ def test_merge_adjacent_steps_keeps_dependencies(monkeypatch):
     nki.reset_compile_cache()
     _, unmerged = both(_rows_then_sum[4], lambda: (x.to(dev),), monkeypatch)
     _same(out, unmerged)  # the same library loops on the same rows: the same bits
+
+
+@nki.jit
+def _sumsq_rows(x):
+    """Row sums and means of squares (a square whose only reader is the next sum: the fused executor folds the
+    pair into one pass over x, nki_exec.c nkx_folds_find), and x scaled by the sum."""
+    R, C = x.shape
+    out = nl.ndarray((R, C), dtype=x.dtype, buffer=nl.shared_hbm)
+    stats = nl.ndarray((R, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    ss = nl.sum(nl.square(t), axis=1, keepdims=True)
+    ms = nl.mean(nl.multiply(t, t), axis=1, keepdims=True)
+    nl.store(out, value=nl.multiply(t, ss))
+    nl.store(stats[:, 0:1], value=ss)
+    nl.store(stats[:, 1:2], value=ms)
+    return out, stats
+
+
+@pytest.mark.parametrize("cols", [1000, 1003, 37, 4101])
+def test_fused_sum_of_squares_folded(monkeypatch, cols):
+    """The folded square + sum gives the bits of squaring into a tile and summing it (the unfused replay), for
+    rows with a partial vector, a scalar tail and more than one cascade level."""
+    dev = _dev()
+    x = _randn(96, cols, seed=70 + cols)
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "0")
+    _, plain = both(_sumsq_rows, lambda: (x.to(dev),), monkeypatch)
+    _compile.reset()
+    monkeypatch.setenv("NKI_FUSE", "1")
+    ref, fused = both(_sumsq_rows, lambda: (x.to(dev),), monkeypatch)
+    assert nki.compile_stats()["fused_groups"] > 0
+    _same(fused, plain)
+    torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-4)

@@ -26,6 +26,7 @@
 #define NKX_JOIN_MAX 16
 
 NK_SIMD_FN(float, nk_sum_cascade, (const float *x, int64_t n), (x, n))
+NK_SIMD_FN(float, nk_sum_sq_cascade, (const float *x, int64_t n), (x, n))
 NK_SIMD_FN(float, nk_max, (const float *x, int64_t n, int is_max), (x, n, is_max))
 
 
@@ -307,6 +308,8 @@ typedef struct nkx_fstep {
     int32_t sop;                        /* nkx_scalar_op's case for short fp32 runs, -1: none */
     nk_ew_args args;
     int64_t count;                      /* reduce: elements per row */
+    bool folded;                        /* a square whose only reader, the next step's sum, squares its input */
+    bool sq;                            /* a sum of the squares of its source (the folded step's input) */
 } nkx_fstep;
 
 typedef struct nkx_fgroup {
@@ -880,7 +883,7 @@ static void nkx_reduce_rows(const nk_ew_f32_table *tab, const nkx_fstep *f, int6
                     nan = nan || v != v;
                     if (f->op == NK_REDUCE_AMAX ? v > best : v < best) best = v;
                 } else {
-                    acc += (double)nk_sum_cascade(x, len);
+                    acc += (double)(f->sq ? nk_sum_sq_cascade(x, len) : nk_sum_cascade(x, len));
                 }
             }
             int32_t d = 1;
@@ -912,6 +915,7 @@ static void nkx_fgroup_run(void *ctx, int64_t b, int64_t e) {
         const int64_t cnt = r0 + g->block <= g->rows ? g->block : g->rows - r0;
         for (int32_t k = 0; k < g->n; k++) {
             const nkx_fstep *f = &g->s[k];
+            if (f->folded) continue;
             if (f->kind == NKX_REDUCE)
                 nkx_reduce_rows(g->tab, f, r0, cnt, buf, scratch);
             else if (!f->empty)
@@ -983,6 +987,48 @@ static nk_status nkx_slots(nkx_fgroup *g, const nkx_instr *gi, int64_t *failed_a
     return NK_SUCCESS;
 }
 
+/*
+ * Folded squares: a step t = x * x into a scratch tile whose only reader is the next step, a sum (or mean) of
+ * each contiguous fp32 row of t, runs as that sum over the squares of x's rows (nk_sum_sq_cascade: each square
+ * rounded to float, then the same cascade), as nk_dot does for the native rms_norm: t is never written and read
+ * back, and x is read once. The same bits as the two steps.
+ */
+static bool nkx_same_free(const nkx_operand *a, const nkx_operand *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int32_t d = 1; d < a->ndim; d++)
+        if (a->sizes[d] != b->sizes[d] || (a->sizes[d] > 1 && a->strides[d] != b->strides[d])) return false;
+    return true;
+}
+
+static void nkx_folds_find(nkx_fgroup *g, const nkx_instr *gi) {
+    for (int32_t k = 0; k + 1 < g->n; k++) {
+        nkx_fstep *f = &g->s[k], *r = &g->s[k + 1];
+        if (f->kind != NKX_BINARY || f->op != NK_MUL || f->folded || f->slot[0] < 0 || f->empty) continue;
+        if (f->dt[0] != NK_F32 || f->dt[1] != NK_F32 || f->dt[2] != NK_F32) continue;
+        if (f->slot[1] != f->slot[2] || f->row_bytes[1] != f->row_bytes[2] ||
+            (f->slot[1] >= 0 ? f->soff[1] != f->soff[2] : f->row0[1] != f->row0[2]) ||
+            !nkx_same_free(&gi[k].o[1], &gi[k].o[2]) || !nkx_same_free(&gi[k].o[1], &gi[k].o[0]))
+            continue;
+        if (r->kind != NKX_REDUCE || (r->op != NK_REDUCE_SUM && r->op != NK_REDUCE_MEAN) || r->sq) continue;
+        if (r->slot[1] != f->slot[0] || r->soff[1] != f->soff[0] || r->row_bytes[1] != f->row_bytes[0] ||
+            !nkx_same_free(&gi[k + 1].o[1], &gi[k].o[0]))
+            continue;
+        /* one contiguous fp32 run per row: the whole row goes to one cascade, as in nkx_reduce_rows */
+        if (r->count == 0 || r->full.ndim != 1 || r->full.strides[0][0] != 4 || r->dt[1] != NK_F32) continue;
+        bool alone = true;
+        for (int32_t m = 0; m < g->n && alone; m++)
+            for (int q = 0; q < g->s[m].nops && alone; q++)
+                if (g->s[m].slot[q] == f->slot[0] && !(m == k && q == 0) && !(m == k + 1 && q == 1)) alone = false;
+        if (!alone) continue;
+        f->folded = true;
+        r->sq = true;
+        r->slot[1] = f->slot[1];
+        r->soff[1] = f->soff[1];
+        r->row0[1] = f->row0[1];
+        r->row_bytes[1] = f->row_bytes[1];
+    }
+}
+
 /* Prepares the part gi[0..m) of a fused group of n steps: each step's loops and operands, the scratch slots. */
 static nk_status nkx_group_prepare(nkx_fgroup *g, const nkx_instr *gi, int64_t m, int64_t n, void *const *bases,
                                    int64_t nbases, int64_t *failed_at) {
@@ -1013,7 +1059,12 @@ static nk_status nkx_group_prepare(nkx_fgroup *g, const nkx_instr *gi, int64_t m
         }
     }
     /* a split group's scratch tiles would have to outlive their part: those stay on the arena */
-    return n <= NKX_FUSE_MAX ? nkx_slots(g, gi, failed_at) : NK_SUCCESS;
+    if (n > NKX_FUSE_MAX) return NK_SUCCESS;
+    const nk_status s = nkx_slots(g, gi, failed_at);
+    static int fold = -1;  /* NKX_FOLD=0: no folded squares (the A/B reference) */
+    if (fold < 0) fold = getenv("NKX_FOLD") == NULL || strcmp(getenv("NKX_FOLD"), "0") != 0;
+    if (s == NK_SUCCESS && fold) nkx_folds_find(g, gi);
+    return s;
 }
 
 static int64_t nkx_group_blocks(const nkx_fgroup *g) { return g->rows > 0 ? (g->rows + g->block - 1) / g->block : 0; }

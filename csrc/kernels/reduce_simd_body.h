@@ -24,6 +24,9 @@
 #define nk_rscatter_body NK_SFX(nk_rscatter_body, NK_ISA)
 #define nk_sum_body NK_SFX(nk_sum_body, NK_ISA)
 #define nk_sum_cascade_body NK_SFX(nk_sum_cascade_body, NK_ISA)
+#define nk_sum_sq_cascade_body NK_SFX(nk_sum_sq_cascade_body, NK_ISA)
+#define nk_vsq8 NK_SFX(nk_vsq8, NK_ISA)
+#define nk_sq1 NK_SFX(nk_sq1, NK_ISA)
 #define nk_sum_cascade_core NK_SFX(nk_sum_cascade_core, NK_ISA)
 #define nk_sum_cascade_bf16_body NK_SFX(nk_sum_cascade_bf16_body, NK_ISA)
 #define nk_colsum_body NK_SFX(nk_colsum_body, NK_ISA)
@@ -256,7 +259,32 @@ NK_AI nk_v8f nk_vload8_bf16(const uint16_t *p) {
 #endif
 }
 
-/* The cascade over float or (bf16 != 0) bfloat16 elements, widened as they are loaded: the same sums
+/* x * x, each product rounded to float on its own: under fp-contract=fast the adds of the cascade would
+ * otherwise absorb the multiply into an FMA (one rounding), and the sum of squares would differ from squaring
+ * into a tile and summing it (nki_exec.c folds that pair into one pass and must give its bits). */
+NK_AI nk_v8f nk_vsq8(nk_v8f v) {
+    nk_v8f p = v * v;
+#if defined(__AVX__)
+    __asm__("" : "+x"(p));
+#else
+    __asm__("" : "+m"(p));  /* a 32-byte vector has no SSE register (and no FMA to contract into) */
+#endif
+    return p;
+}
+
+NK_AI float nk_sq1(float v) {
+#if defined(__x86_64__) || defined(__i386__)
+    float p = v * v;
+    __asm__("" : "+x"(p));
+    return p;
+#else
+    volatile float p = v * v;
+    return p;
+#endif
+}
+
+/* The cascade over float or (bf16 == 1) bfloat16 elements, widened as they are loaded (bf16 == 2: the squares
+ * of float elements, as nk_vsq8 rounds them): the same sums
  * as gathering a bfloat16 chunk into floats first, without the store and reload of the chunk. R rows
  * (1 or 2, a constant after inlining) of the same length at once, out[r] the sum of xs[r]: one row's
  * adds are 4 chains of dependent vector adds, and a second row's chains fill the adder's latency (a
@@ -264,7 +292,9 @@ NK_AI nk_v8f nk_vload8_bf16(const uint16_t *p) {
  * the same order. */
 NK_AI void nk_sum_cascade_core(const void *const *xs, const int R, int64_t n, const int bf16, float *out) {
 #define NK_CASCADE_LOAD(r, v)                                                                              \
-    (bf16 ? nk_vload8_bf16((const uint16_t *)xs[r] + (v) * 8) : nk_vload8((const float *)xs[r] + (v) * 8))
+    (bf16 == 1 ? nk_vload8_bf16((const uint16_t *)xs[r] + (v) * 8)                                         \
+     : bf16 == 2 ? nk_vsq8(nk_vload8((const float *)xs[r] + (v) * 8))                                      \
+                 : nk_vload8((const float *)xs[r] + (v) * 8))
     const int64_t nvec = n / 8, groups = nvec / 4;
     int64_t lg = 0;
     while ((INT64_C(1) << lg) < groups) lg++;
@@ -303,7 +333,9 @@ NK_AI void nk_sum_cascade_core(const void *const *xs, const int R, int64_t n, co
         tot += a[r][3];
         float sum = 0;
         for (int64_t e = nvec * 8; e < n; e++)
-            sum += bf16 ? nk_bf16_to_f32(((const uint16_t *)xs[r])[e]) : ((const float *)xs[r])[e];
+            sum += bf16 == 1 ? nk_bf16_to_f32(((const uint16_t *)xs[r])[e])
+                   : bf16 == 2 ? nk_sq1(((const float *)xs[r])[e])
+                               : ((const float *)xs[r])[e];
         float lanes[8];
         memcpy(lanes, &tot, sizeof lanes);
         for (int l = 0; l < 8; l++) sum += lanes[l];
@@ -316,6 +348,13 @@ NK_BODY float nk_sum_cascade_body(const float *x, int64_t n) {
     const void *xs[1] = {x};
     float s;
     nk_sum_cascade_core(xs, 1, n, 0, &s);
+    return s;
+}
+
+NK_BODY float nk_sum_sq_cascade_body(const float *x, int64_t n) {
+    const void *xs[1] = {x};
+    float s;
+    nk_sum_cascade_core(xs, 1, n, 2, &s);
     return s;
 }
 
@@ -646,6 +685,9 @@ NK_BODY int nk_dxrow_body(float *dst, const float *g, const float *xh, int64_t n
 #undef nk_rscatter_body
 #undef nk_sum_body
 #undef nk_sum_cascade_body
+#undef nk_sum_sq_cascade_body
+#undef nk_vsq8
+#undef nk_sq1
 #undef nk_sum_cascade_core
 #undef nk_sum_cascade_bf16_body
 #undef nk_colsum_body
