@@ -56,7 +56,12 @@ BENCHES = [
 NOISE = ("Noise: on 2 cores, any other busy process takes one of the two threads of every parallel operator, "
          "and the operator waits for it at its barrier (a 1M-element add: median 235 us alone, maxima of 4 ms "
          "beside a busy process; with another PyTorch process running, 6 ms per operator whatever its size). "
-         "Figures taken while anything else ran are not comparable; the spreads show each run's rounds.")
+         "Figures taken while anything else ran are not comparable; the spreads show each run's rounds."
+         " On a cloud VM the machine itself also varies with nothing else running in it: on the 2-core EPYC VM "
+         "(2026-12-07) the read probe gave 23-30 GB/s within one minute and the FMA probe 93-178 GFLOP/s within "
+         "an hour, the neighbours on the physical host taking memory bandwidth and core time. Bounds and peaks are "
+         "measured once per benchmark, so a share of a bound carries that spread: repeat a run before reading a "
+         "change of 10-20% into it.")
 
 BOUNDS = [
     "Bounds, as the benchmarks apply them:",
