@@ -86,7 +86,6 @@ typedef struct nk_attn_simd {
  * of the 16 ymm registers (the shape of BLIS's Haswell kernel). Two loads feed every 2R FMAs, so R = 6
  * runs near the FMA rate where R = 4 (three loads per four FMAs) waited on loads.
  */
-#define NK_AVX2_TILE(R) NK_AVX2_TILE_I(R, false)
 /* init: the accumulators start at zero instead of C's values. */
 #define NK_AVX2_TILE_I(R, init) NK_AVX2_TILE_IP(R, init, (const float *)0)
 /* PF (when not a null constant): a line of a 16-wide strip prefetched per k, for the next strip. */
@@ -115,7 +114,6 @@ typedef struct nk_attn_simd {
 /* The same for an 8-column strip (R <= 12: R accumulators, one B vector, a broadcast): the last strip
  * of a row length that is a multiple of 8 but not of 16 (head dims 40, 72, 24), which a 16-wide strip
  * padded with zeros (a fifth of the product's work at 40). */
-#define NK_AVX2_TILE8(R) NK_AVX2_TILE8_I(R, false)
 #define NK_AVX2_TILE8_I(R, init)                                                                           \
     do {                                                                                                   \
         __m256 c_[R];                                                                                      \
@@ -132,6 +130,76 @@ typedef struct nk_attn_simd {
  * of A passes over it. Each C element still sums its products in k order (stored and reloaded between
  * passes), so the result does not depend on the blocking. */
 #define NK_AVX2_KC 128
+
+/* The row tiles of one kc-deep pass over a strip of B (Bt, row stride ldb) into C[:, j...]: a 16-wide
+ * strip in 6-row tiles and a 1-5 row remainder, the first tile prefetching pf (NULL: nothing); an
+ * 8-wide strip in 12-row tiles, then 6-row ones, then the remainder. init: the tiles start from zero
+ * instead of C. Always inlined with init and pf constant at each call, so every tile keeps its
+ * compile-time shape. */
+__attribute__((always_inline)) NK_AVX2 static inline void nk_rows16_avx2(int64_t M, int64_t kc, const float *A, int64_t lda,
+                                                                     const float *Bt, int64_t ldb, float *C,
+                                                                     int64_t ldc, bool init, const float *pf) {
+    int64_t i = 0;
+    if (pf != NULL && M >= 6) {
+        const float *At = A;
+        float *Ct = C;
+        if (init) NK_AVX2_TILE_IP(6, true, pf);
+        else NK_AVX2_TILE_IP(6, false, pf);
+        i = 6;
+    }
+    for (; i + 6 <= M; i += 6) {
+        const float *At = A + i * lda;
+        float *Ct = C + i * ldc;
+        if (init) NK_AVX2_TILE_I(6, true);
+        else NK_AVX2_TILE_I(6, false);
+    }
+    const float *At = A + i * lda;
+    float *Ct = C + i * ldc;
+    switch ((M - i) * 2 + init) {
+    case 11: NK_AVX2_TILE_I(5, true); break;
+    case 10: NK_AVX2_TILE_I(5, false); break;
+    case 9: NK_AVX2_TILE_I(4, true); break;
+    case 8: NK_AVX2_TILE_I(4, false); break;
+    case 7: NK_AVX2_TILE_I(3, true); break;
+    case 6: NK_AVX2_TILE_I(3, false); break;
+    case 5: NK_AVX2_TILE_I(2, true); break;
+    case 4: NK_AVX2_TILE_I(2, false); break;
+    case 3: NK_AVX2_TILE_I(1, true); break;
+    case 2: NK_AVX2_TILE_I(1, false); break;
+    default: break;
+    }
+}
+
+__attribute__((always_inline)) NK_AVX2 static inline void nk_rows8_avx2(int64_t M, int64_t kc, const float *A, int64_t lda,
+                                                                    const float *Bt, int64_t ldb, float *C,
+                                                                    int64_t ldc, bool init) {
+    int64_t i = 0;
+    for (; i + 12 <= M; i += 12) {
+        const float *At = A + i * lda;
+        float *Ct = C + i * ldc;
+        if (init) NK_AVX2_TILE8_I(12, true);
+        else NK_AVX2_TILE8_I(12, false);
+    }
+    for (; i < M; i += 6) {
+        const float *At = A + i * lda;
+        float *Ct = C + i * ldc;
+        switch ((M - i < 6 ? M - i : 6) * 2 + init) {
+        case 13: NK_AVX2_TILE8_I(6, true); break;
+        case 12: NK_AVX2_TILE8_I(6, false); break;
+        case 11: NK_AVX2_TILE8_I(5, true); break;
+        case 10: NK_AVX2_TILE8_I(5, false); break;
+        case 9: NK_AVX2_TILE8_I(4, true); break;
+        case 8: NK_AVX2_TILE8_I(4, false); break;
+        case 7: NK_AVX2_TILE8_I(3, true); break;
+        case 6: NK_AVX2_TILE8_I(3, false); break;
+        case 5: NK_AVX2_TILE8_I(2, true); break;
+        case 4: NK_AVX2_TILE8_I(2, false); break;
+        case 3: NK_AVX2_TILE8_I(1, true); break;
+        case 2: NK_AVX2_TILE8_I(1, false); break;
+        default: break;
+        }
+    }
+}
 
 /* C[M, N] += A[M, K] @ B[K, N]; N a multiple of 8 (of 16 for the other ISAs' versions). */
 NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
@@ -159,48 +227,10 @@ NK_AVX2 static void nk_gemm_acc_avx2(int64_t M, int64_t N, int64_t K, const floa
                 Bt = Bp;
                 ldb = 16;
             }
-            int64_t i = 0;
-            for (; i + 6 <= M; i += 6) {
-                const float *At = A + i * lda + k0;
-                float *Ct = C + i * ldc + j;
-                NK_AVX2_TILE(6);
-            }
-            const float *At = A + i * lda + k0;
-            float *Ct = C + i * ldc + j;
-            switch (M - i) {
-            case 5: NK_AVX2_TILE(5); break;
-            case 4: NK_AVX2_TILE(4); break;
-            case 3: NK_AVX2_TILE(3); break;
-            case 2: NK_AVX2_TILE(2); break;
-            case 1: NK_AVX2_TILE(1); break;
-            default: break;
-            }
+            nk_rows16_avx2(M, kc, A + k0, lda, Bt, ldb, C + j, ldc, false, NULL);
         }
-        if (j < N) { /* an 8-column strip, read in place (8 floats: one line or two per row) */
-            const float *Bt = B + k0 * ldb_in + j;
-            const int64_t ldb = ldb_in;
-            int64_t i = 0;
-            for (; i + 12 <= M; i += 12) {
-                const float *At = A + i * lda + k0;
-                float *Ct = C + i * ldc + j;
-                NK_AVX2_TILE8(12);
-            }
-            for (; i + 6 <= M; i += 6) {
-                const float *At = A + i * lda + k0;
-                float *Ct = C + i * ldc + j;
-                NK_AVX2_TILE8(6);
-            }
-            const float *At = A + i * lda + k0;
-            float *Ct = C + i * ldc + j;
-            switch (M - i) {
-            case 5: NK_AVX2_TILE8(5); break;
-            case 4: NK_AVX2_TILE8(4); break;
-            case 3: NK_AVX2_TILE8(3); break;
-            case 2: NK_AVX2_TILE8(2); break;
-            case 1: NK_AVX2_TILE8(1); break;
-            default: break;
-            }
-        }
+        if (j < N) /* an 8-column strip, read in place (8 floats: one line or two per row) */
+            nk_rows8_avx2(M, kc, A + k0, lda, B + k0 * ldb_in + j, ldb_in, C + j, ldc, false);
     }
 }
 
@@ -215,8 +245,6 @@ NK_AVX2 static void nk_gemm_pk_avx2(int64_t M, int64_t N, int64_t K, const float
         for (int64_t j = 0; j < N; j += 16) {
             const int64_t w = N - j < 16 ? 8 : 16;
             const float *Bt = Bpk + j * ldk + k0 * w;
-            const int64_t ldb = w;
-            int64_t i = 0;
             if (w == 16) {
                 /* The first row tile prefetches the next 16-wide strip of this pass (or the first of the
                  * next pass), a line per k: strips come from L2 or L3 (a head's K^T and V exceed L2 from
@@ -225,66 +253,16 @@ NK_AVX2 static void nk_gemm_pk_avx2(int64_t M, int64_t N, int64_t K, const float
                  * (A prefetch past a short last strip or pass only fetches a line for nothing: it never faults.)
                  */
                 const float *pf = j + 16 < N ? Bpk + (j + 16) * ldk + k0 * 16 : (k0 + kc < K ? Bpk + (k0 + kc) * 16 : Bt);
-                if (i + 6 <= M) {
-                    const float *At = A + i * lda + k0;
-                    float *Ct = C + i * ldc + j;
-                    if (init) NK_AVX2_TILE_IP(6, true, pf);
-                    else NK_AVX2_TILE_IP(6, false, pf);
-                    i += 6;
-                }
-                for (; i + 6 <= M; i += 6) {
-                    const float *At = A + i * lda + k0;
-                    float *Ct = C + i * ldc + j;
-                    if (init) NK_AVX2_TILE_I(6, true);
-                    else NK_AVX2_TILE_I(6, false);
-                }
-                const float *At = A + i * lda + k0;
-                float *Ct = C + i * ldc + j;
-                switch ((M - i) * 2 + init) {
-                case 11: NK_AVX2_TILE_I(5, true); break;
-                case 10: NK_AVX2_TILE_I(5, false); break;
-                case 9: NK_AVX2_TILE_I(4, true); break;
-                case 8: NK_AVX2_TILE_I(4, false); break;
-                case 7: NK_AVX2_TILE_I(3, true); break;
-                case 6: NK_AVX2_TILE_I(3, false); break;
-                case 5: NK_AVX2_TILE_I(2, true); break;
-                case 4: NK_AVX2_TILE_I(2, false); break;
-                case 3: NK_AVX2_TILE_I(1, true); break;
-                case 2: NK_AVX2_TILE_I(1, false); break;
-                default: break;
-                }
+                if (init) nk_rows16_avx2(M, kc, A + k0, lda, Bt, 16, C + j, ldc, true, pf);
+                else nk_rows16_avx2(M, kc, A + k0, lda, Bt, 16, C + j, ldc, false, pf);
+            } else if (init) {
+                nk_rows8_avx2(M, kc, A + k0, lda, Bt, 8, C + j, ldc, true);
             } else {
-                for (; i + 12 <= M; i += 12) {
-                    const float *At = A + i * lda + k0;
-                    float *Ct = C + i * ldc + j;
-                    if (init) NK_AVX2_TILE8_I(12, true);
-                    else NK_AVX2_TILE8_I(12, false);
-                }
-                for (; i < M; i += 6) {
-                    const float *At = A + i * lda + k0;
-                    float *Ct = C + i * ldc + j;
-                    switch ((M - i < 6 ? M - i : 6) * 2 + init) {
-                    case 13: NK_AVX2_TILE8_I(6, true); break;
-                    case 12: NK_AVX2_TILE8_I(6, false); break;
-                    case 11: NK_AVX2_TILE8_I(5, true); break;
-                    case 10: NK_AVX2_TILE8_I(5, false); break;
-                    case 9: NK_AVX2_TILE8_I(4, true); break;
-                    case 8: NK_AVX2_TILE8_I(4, false); break;
-                    case 7: NK_AVX2_TILE8_I(3, true); break;
-                    case 6: NK_AVX2_TILE8_I(3, false); break;
-                    case 5: NK_AVX2_TILE8_I(2, true); break;
-                    case 4: NK_AVX2_TILE8_I(2, false); break;
-                    case 3: NK_AVX2_TILE8_I(1, true); break;
-                    case 2: NK_AVX2_TILE8_I(1, false); break;
-                    default: break;
-                    }
-                }
+                nk_rows8_avx2(M, kc, A + k0, lda, Bt, 8, C + j, ldc, false);
             }
         }
     }
 }
-#undef NK_AVX2_TILE
-#undef NK_AVX2_TILE8
 #undef NK_AVX2_TILE_I
 #undef NK_AVX2_TILE_IP
 #undef NK_AVX2_TILE8_I
