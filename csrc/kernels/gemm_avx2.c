@@ -154,14 +154,23 @@ AVX2_TARGET static void pack_a_kcontig_avx2(float *dst, const void *src, nk_dtyp
 
 /* ---- skinny path: dot products along contiguous k ----------------------------------------------- */
 
-/* Bytes ahead of each column's loads that the dot kernels prefetch, one line per line read. A decode
- * GEMV streams its weight from memory with few instructions per byte in flight (bf16 widens every
- * load: 14 instructions per cache line), so the out-of-order window alone keeps too few lines coming;
- * 8 KiB ahead (past the tile's 6 rows at k = 768) raised bf16 decode GEMVs from 15.5-18.1 to
- * 17.6-20.5 GB/s on 2 Zen 3 cores. Prefetches never fault, so running past the weight is harmless. */
+/* Bytes ahead of each column's loads that the widening dot loops (fp32, fp16, a bf16 row's last k % 16)
+ * prefetch, one line per line read. A decode GEMV streams its weight from memory with few instructions
+ * per byte in flight, so the out-of-order window alone keeps too few lines coming; 8 KiB ahead (past the
+ * tile's 6 rows at k = 768) raised bf16 decode GEMVs, when they still widened every load, from 15.5-18.1
+ * to 17.6-20.5 GB/s on 2 Zen 3 cores. Prefetches never fault, so running past the weight is harmless. */
 #define DOT_PREFETCH_BYTES 8192
 
-/* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns; the NB columns of B stream once. */
+/* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns; the NB columns of B stream once.
+ *
+ * bf16 B takes a in pair order (nk_gemm_pair_index, the ISA table's skinny_bf16_pairs): a 32-byte load
+ * holds 8 (even, odd) pairs of k; the odd ones become fp32 by clearing the low half, the even ones by a
+ * shift, each multiplied against its 8 values of a. 5 instructions per 32 bytes of weight instead of 8 for
+ * two widened 8-lane loads, and a decode GEMV is bound by how many weight lines each core keeps in
+ * flight. That loop prefetches one tile ahead (the next NB columns at the same k; a [N, K] weight's rows
+ * are contiguous): on 1-2 Zen 3 cores, 32000x2048 bf16 GEMVs read 1.2-1.6x the bytes per second of the
+ * widening loop with its 8 KiB prefetch (the best-of-15 of a standalone loop on a shared host). The k
+ * past the last whole block of 16 are in order and take the loops below. */
 AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda, const char *b, nk_dtype dt,
                           size_t es, int64_t ldb, float *c, int64_t ldc) {
     __m256 acc[4][6];
@@ -170,6 +179,26 @@ AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda
 #pragma GCC unroll 6
         for (int jj = 0; jj < NB; jj++) acc[ii][jj] = _mm256_setzero_ps();
     int64_t k0 = 0;
+    if (dt == NK_BF16) {
+        const __m256i hi = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+        const int64_t ahead = (int64_t)NB * ldb * 2;
+        for (; k0 + 16 <= k; k0 += 16) {
+            if ((k0 & 31) == 0)
+#pragma GCC unroll 6
+                for (int jj = 0; jj < NB; jj++) _mm_prefetch(b + (jj * ldb + k0) * 2 + ahead, _MM_HINT_T0);
+#pragma GCC unroll 6
+            for (int jj = 0; jj < NB; jj++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(b + (jj * ldb + k0) * 2));
+                const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+                const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+#pragma GCC unroll 4
+                for (int ii = 0; ii < MB; ii++) {
+                    acc[ii][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(a + ii * lda + k0), we, acc[ii][jj]);
+                    acc[ii][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(a + ii * lda + k0 + 8), wo, acc[ii][jj]);
+                }
+            }
+        }
+    }
     const int64_t line_k = 64 / (int64_t)es; /* k per cache line */
     for (; k0 + 8 <= k; k0 += 8) {
         __m256 w[6];
@@ -205,57 +234,6 @@ AVX2_INLINE void dot_tile(int MB, int NB, int64_t k, const float *a, int64_t lda
         for (int jj = 0; jj < NB; jj++) c[ii * ldc + jj] = nk_hsum8_avx2(acc[ii][jj]);
 }
 
-/* dot_tile for bf16 B with a in pair order (nk_gemm_pair_index): a 32-byte load holds 8 (even, odd) pairs
- * of k; the odd ones become fp32 by clearing the low half, the even ones by a shift, each multiplied
- * against its 8 values of a. 5 instructions per 32 bytes of weight instead of 8 for two widened 8-lane
- * loads, and a decode GEMV is bound by how many weight lines each core keeps in flight. The prefetch runs
- * one tile ahead (the next NB columns at the same k; a [N, K] weight's rows are contiguous): on 1-2 Zen 3
- * cores, 32000x2048 bf16 GEMVs read 1.2-1.6x the bytes per second of the widening loop with its 8 KiB
- * prefetch (the best-of-15 of a standalone loop on a shared host). */
-AVX2_INLINE void dot_tile_bf16_pairs(int MB, int NB, int64_t k, const float *a, int64_t lda, const char *b,
-                                     int64_t ldb, float *c, int64_t ldc) {
-    const __m256i hi = _mm256_set1_epi32((int32_t)0xFFFF0000u);
-    const int64_t ahead = (int64_t)NB * ldb * 2;
-    __m256 acc[4][6];
-#pragma GCC unroll 4
-    for (int ii = 0; ii < MB; ii++)
-#pragma GCC unroll 6
-        for (int jj = 0; jj < NB; jj++) acc[ii][jj] = _mm256_setzero_ps();
-    int64_t k0 = 0;
-    for (; k0 + 16 <= k; k0 += 16) {
-        if ((k0 & 31) == 0)
-#pragma GCC unroll 6
-            for (int jj = 0; jj < NB; jj++) _mm_prefetch(b + (jj * ldb + k0) * 2 + ahead, _MM_HINT_T0);
-#pragma GCC unroll 6
-        for (int jj = 0; jj < NB; jj++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(b + (jj * ldb + k0) * 2));
-            const __m256 wo = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
-            const __m256 we = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-#pragma GCC unroll 4
-            for (int ii = 0; ii < MB; ii++) {
-                acc[ii][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(a + ii * lda + k0), we, acc[ii][jj]);
-                acc[ii][jj] = _mm256_fmadd_ps(_mm256_loadu_ps(a + ii * lda + k0 + 8), wo, acc[ii][jj]);
-            }
-        }
-    }
-    /* The last k % 16 values are in order. */
-    for (; k0 < k; k0 += 8) {
-        const int64_t kn = k - k0 < 8 ? k - k0 : 8;
-        const __m256i m = lane_mask(kn);
-#pragma GCC unroll 6
-        for (int jj = 0; jj < NB; jj++) {
-            const __m256 w = load8(b + (jj * ldb + k0) * 2, NK_BF16, 2, kn);
-#pragma GCC unroll 4
-            for (int ii = 0; ii < MB; ii++)
-                acc[ii][jj] = _mm256_fmadd_ps(_mm256_maskload_ps(a + ii * lda + k0, m), w, acc[ii][jj]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int ii = 0; ii < MB; ii++)
-#pragma GCC unroll 6
-        for (int jj = 0; jj < NB; jj++) c[ii * ldc + jj] = nk_hsum8_avx2(acc[ii][jj]);
-}
-
 typedef void (*dot_tile_fn)(int64_t k, const float *a, int64_t lda, const char *b, int64_t ldb, float *c,
                             int64_t ldc);
 
@@ -279,14 +257,8 @@ static const int dot_nb[5] = {0, 6, 4, 3, 2};
                                                   dot_##DT##_4x1};
 
 DOT_ALL(F32, 4)
-DOT_ALL(F16, 2)
-#undef DOT_FN
-#define DOT_FN(DT, ES, MB, NB)                                                                            \
-    AVX2_TARGET static void dot_##DT##_##MB##x##NB(int64_t k, const float *a, int64_t lda, const char *b,    \
-                                                   int64_t ldb, float *c, int64_t ldc) {                  \
-        dot_tile_bf16_pairs(MB, NB, k, a, lda, b, ldb, c, ldc);                                          \
-    }
 DOT_ALL(BF16, 2)
+DOT_ALL(F16, 2)
 
 static void skinny_kcontig_avx2(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const void *b,
                                 nk_dtype dt, int64_t ldb, float *c, int64_t ldc) {
