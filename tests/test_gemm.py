@@ -325,3 +325,21 @@ def test_addmm_tall_output_through_a_buffer(dtype):
     got = torch.addmm(c.to("neuron"), a.to("neuron"), b.to("neuron"), beta=0.5, alpha=2).cpu()
     tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-1)
     torch.testing.assert_close(got, want, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_tiny_products_carry_cpu_bits(dtype):
+    """Products of at most 16^3 multiply-adds run CPU's own GEMM on the device memory, so they equal CPU
+    bit for bit on any CPU (AMD's small products round each term, a Xeon's fuse them)."""
+    for mnk, la, lb in [((5, 5, 5), "c", "c"), ((5, 5, 5), "t", "s"), ((16, 16, 16), "c", "t"), ((3, 7, 11), "s", "c")]:
+        m, k, nn = mnk
+        a, b = rand(m, k, dtype=dtype, seed=m), rand(k, nn, dtype=dtype, seed=nn + 1)
+        assert torch.equal(torch.mm(on_neuron(a, la), on_neuron(b, lb)).cpu(), torch.mm(layout(a, la), layout(b, lb)))
+        s = rand(m, nn, dtype=dtype, seed=3)
+        assert torch.equal(torch.addmm(n(s), n(a), n(b), beta=0.5, alpha=2).cpu(), torch.addmm(s, a, b, beta=0.5, alpha=2))
+    a, b = rand(4, 5, 6, dtype=dtype), rand(4, 6, 5, dtype=dtype, seed=2)
+    assert torch.equal(torch.bmm(n(a), n(b)).cpu(), torch.bmm(a, b))
+    v = rand(6, dtype=dtype, seed=4)
+    assert torch.equal(torch.mv(n(a[0]), n(v)).cpu(), torch.mv(a[0], v))
+    assert torch.equal(torch.dot(n(v), n(v)).cpu(), torch.dot(v, v))
+
