@@ -42,6 +42,7 @@ def run(dtype, x, w, b, **kw):
 CASES = [
     dict(shape=(2, 3, 9, 11), oc=4, k=(3, 3), kw=dict(padding=1)),
     dict(shape=(1, 4, 8, 8), oc=6, k=(1, 1), kw={}),
+    dict(shape=(3, 5, 6, 7), oc=4, k=(1, 1), kw={}),  # several images: one batched product
     dict(shape=(3, 4, 10, 7), oc=6, k=(3, 2), kw=dict(stride=(2, 1), padding=(0, 1))),
     dict(shape=(2, 6, 9, 9), oc=4, k=(3, 3), kw=dict(stride=2, padding=2, dilation=2, groups=2)),
     dict(shape=(1, 4, 7, 5), oc=4, k=(3, 3), kw=dict(padding=1, groups=4)),  # depthwise

@@ -124,6 +124,28 @@ nk_tensor hw_matrix(const at::Tensor& img, const char* op) {
   return m;
 }
 
+// A batch of such images, [N, C, H, W], as [N, C, H*W] (merges_hw holds for image 0, hence for all).
+nk_tensor batch_hw_matrix(const at::Tensor& t, const char* op) {
+  nk_tensor m = nk_desc(t, op);
+  const int64_t h = t.size(2), w = t.size(3);
+  m.ndim = 3;
+  m.strides[2] = w <= 1 ? m.strides[2] : m.strides[3];
+  m.sizes[2] = h * w;
+  return m;
+}
+
+// A [rows, cols] descriptor repeated n times with batch stride 0: [n, rows, cols].
+nk_tensor repeated(nk_tensor t, int64_t n) {
+  for (int d = t.ndim; d > 0; --d) {
+    t.sizes[d] = t.sizes[d - 1];
+    t.strides[d] = t.strides[d - 1];
+  }
+  t.sizes[0] = n;
+  t.strides[0] = 0;
+  t.ndim += 1;
+  return t;
+}
+
 // Whether every image of the input is a matrix for the pointwise path; otherwise columns() needs a col buffer.
 bool pointwise_views(const at::Tensor& input, const Geometry& g) {
   return g.pointwise && (g.N == 0 || merges_hw(input[0]));  // all images share the strides of image 0
@@ -202,6 +224,21 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
   at::Tensor col = pointwise_views(input, g) ? at::Tensor()
                                              : at::empty({g.Cg * g.kh * g.kw, g.OH * g.OW}, input.options());
   const bool has_bias = bias.has_value() && bias->defined();
+  if (g.groups == 1 && g.N > 1 && !col.defined()) {
+    // A pointwise convolution of several images is one batched product, [N, OC, C] (the weight, batch
+    // stride 0) x [N, C, H*W]: the pool's threads take whole images, so each packs the weight once per
+    // image, where one product per image split every image's columns among them and each packed all of it.
+    nk_tensor o = batch_hw_matrix(out, op), x = batch_hw_matrix(input, op);
+    nk_tensor wb = repeated(matrix(w, g.OC, g.C, op), g.N);
+    if (has_bias) {
+      nk_tensor b = repeated(nk_desc(*bias, op), g.N);  // [N, OC] -> [N, OC, OH*OW], stride 0 but along OC
+      b.ndim = 3, b.sizes[2] = g.OH * g.OW, b.strides[2] = 0;
+      gemm(o, wb, x, &b, 1.0, op, input);
+    } else {
+      gemm(o, wb, x, nullptr, 0.0, op, input);
+    }
+    return out;
+  }
   for (int64_t n = 0; n < g.N; ++n)
     for (int64_t grp = 0; grp < g.groups; ++grp) {
       nk_tensor c = columns(input, g, n, grp, col, op);

@@ -92,16 +92,21 @@ bool nk_gemm_isa_force(const char *name) {
  * is reused by all nc columns; the kc x nc block of packed B is reused by every mc block. A large nc
  * packs A fewer times, but on AVX-512 a 512-column block (512 KiB) keeps packed B in L2 beside A: at
  * 4096 columns it went to L3 and back, and re-packing A costs less (M=128 x 768 x 32000: 30 -> 24 ms).
+ * prefetch_rows: the micro-kernels also prefetch the next B micro-panel (nk_gemm_prefetch) when B is
+ * stored n-contiguous with rows at least 1 KiB apart, wherever it lies. Each 64-byte slice the packer
+ * reads is then on its own 4 KiB page (or nearly), where hardware prefetchers stop, so without it the
+ * packing waits on the L3 row by row.
  */
 typedef struct nk_gemm_blocking {
     const nk_gemm_isa *isa;
     int64_t kc, mc, nc;
+    bool prefetch_rows;
 } nk_gemm_blocking;
 
 static const nk_gemm_blocking g_blocking[] = {
-    {&nk_gemm_isa_avx512, 256, 144, 512},
-    {&nk_gemm_isa_avx2, 256, 72, 2048},
-    {&nk_gemm_isa_generic, 128, 64, 256},
+    {&nk_gemm_isa_avx512, 256, 144, 512, false},
+    {&nk_gemm_isa_avx2, 256, 72, 2048, true},
+    {&nk_gemm_isa_generic, 128, 64, 256, false},
 };
 
 static nk_gemm_blocking blocking_of(const nk_gemm_isa *isa) {
@@ -785,10 +790,21 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     }
     if (p.m <= skinny_m && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
     if (dt == NK_BF16 && p.bf16 == BF16_AMX && p.m <= AMX_SKINNY_M && p.b_sk == 1) return gemm_amx_skinny(&p);
-    p.stream_b = (double)p.k * (double)p.n * (double)p.es > 0.5 * (double)l3_bytes();
+    p.stream_b = (double)p.k * (double)p.n * (double)p.es > 0.5 * (double)l3_bytes() ||
+                 (p.blk.prefetch_rows && p.b_sn == 1 && p.b_sk * p.es >= 1024);
 
     const int threads = nk_threads_get();
     int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;
+    /* A few whole entries that do not divide among the threads (3 images on 2) leave one thread a whole
+     * entry behind the others; splitting each into threads / gcd parts makes the tasks divide evenly. */
+    if (batch >= threads && batch < 8 * threads && batch % threads != 0) {
+        int64_t x = batch, y = threads;
+        while (y != 0) {
+            const int64_t t = x % y;
+            x = y, y = t;
+        }
+        per_batch = threads / x;
+    }
     /* On the bf16 dot kernels up to 4 tasks per thread while each keeps >= 512 columns or >= 144 rows
      * (re-packing the short operand per task then costs ~1%): a thread that loses its core to another
      * process leaves tasks for the other to steal. */
