@@ -593,3 +593,23 @@ def test_pow_exponent_gradient_no_worse_than_cpu():
             grads.append(gy.cpu().double())
         c, d, r = grads
         assert bool(((d - r).abs() <= (c - r).abs() + 1e-5 + 1.3e-6 * r.abs()).all()), seed
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_sub_alpha_reduced_equal_cpu_in_every_layout(dtype):
+    # PyTorch's CPU computes a half/bfloat16 a + alpha * b in float in its vector loop but rounds alpha * b to the
+    # dtype first in its scalar loop (each thread chunk's last elements, a small tensor whole): with alpha != 1
+    # neuron runs CPU's kernel and gives its bits wherever an element falls (the OpInfo sample was add, fp16,
+    # alpha -3.125, a 5x5 input broadcast from its first row).
+    g = torch.Generator().manual_seed(0)
+    for shape in [(5, 5), (37, 53), (100000,)]:
+        x = (torch.randn(shape, generator=g) * 10).to(dtype)
+        y = (torch.randn(shape, generator=g) * 10).to(dtype)
+        xd, yd = x.to(N), y.to(N)
+        for alpha in (-3.125, 0.3, 2):
+            for op in (torch.add, torch.sub):
+                _assert_same_bits(op(xd, yd, alpha=alpha), op(x, y, alpha=alpha))
+                _assert_same_bits(op(xd[:1].expand(shape), yd, alpha=alpha), op(x[:1].expand(shape), y, alpha=alpha))
+                _assert_same_bits(op(xd.t(), yd.t(), alpha=alpha), op(x.t(), y.t(), alpha=alpha))
+            a, b = xd.clone(), x.clone()
+            _assert_same_bits(a.add_(yd, alpha=alpha), b.add_(y, alpha=alpha))

@@ -519,18 +519,20 @@ def test_copy_between_dtypes_and_layouts(data):
 # that neuron rounds once (the float32 result rounded to the output dtype).
 
 
-def test_shrunk_bf16_sub_alpha_rounds_once():
-    # CPU's scalar loop rounds alpha * b to bfloat16 before subtracting (0.03125); its vector loop does not.
+def test_shrunk_bf16_sub_alpha_equals_cpu():
+    # CPU's scalar loop rounds alpha * b to bfloat16 before subtracting (0.03125); its vector loop does not. With
+    # alpha != 1 half/bfloat16 add/sub run CPU's kernel (neuron_ops_pointwise.cpp, cpu_alpha), so its bits.
     a, b = torch.tensor(2.5469, dtype=torch.bfloat16), torch.tensor(0.8398, dtype=torch.bfloat16)
     got = torch.sub(a.to("neuron"), b.to("neuron"), alpha=3).cpu()
-    assert got == (a.float() - 3 * b.float()).bfloat16()
+    assert torch.equal(got, torch.sub(a, b, alpha=3)), (got, torch.sub(a, b, alpha=3))
 
 
-def test_shrunk_0dim_float32_operand_not_rounded_first():
-    # A 0-dim float32 self beside a bfloat16 tensor: CPU rounds it to bfloat16 first (3.2031, 0.1406).
+def test_shrunk_0dim_float32_operand_with_alpha_equals_cpu():
+    # A 0-dim float32 self beside a bfloat16 tensor, alpha -2: CPU rounds it to bfloat16 first (3.2031, 0.1406);
+    # with alpha != 1 the op runs CPU's kernel, so its bits.
     s, x = torch.tensor(2.9176), torch.tensor([-0.1377, 1.3906], dtype=torch.bfloat16)
     got = torch.add(s.to("neuron"), x.to("neuron"), alpha=-2).cpu()
-    assert torch.equal(got, (s - 2 * x.float()).bfloat16()), got
+    assert torch.equal(got, torch.add(s, x, alpha=-2)), got
 
 
 def test_shrunk_group_norm_two_close_values():

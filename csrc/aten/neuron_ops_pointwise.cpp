@@ -351,7 +351,16 @@ at::Tensor& neuron_relu_(at::Tensor& self) {
 
 // ---- structured binary ops ----------------------------------------------------------------------
 
-// add/sub: a + alpha * b with alpha converted to the common dtype.
+// add/sub: a + alpha * b with alpha converted to the common dtype. PyTorch's CPU computes a half/bfloat16
+// a + alpha * b in float and rounds once in its vector loop, but rounds alpha * b to the dtype first in its
+// scalar loop (the last elements of each thread's chunk, or a small tensor whole), so with alpha != 1 an
+// element's bits depend on where it falls (a tie rounded the other way: 1 in 10^4 elements, one fp16 ulp).
+// Those run PyTorch's CPU kernel on the same memory, so every element is CPU's.
+bool cpu_alpha(const at::Scalar& alpha, at::ScalarType common) {
+  if (!is_reduced(common)) return false;
+  return alpha.isIntegral(false) ? alpha.toLong() != 1 : !(alpha.isFloatingPoint() && alpha.toDouble() == 1.0);
+}
+
 template <class Meta>
 at::Tensor& add_like(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha, at::Tensor& out,
                      bool negate, const char* name) {
@@ -359,7 +368,8 @@ at::Tensor& add_like(const at::Tensor& self, const at::Tensor& other, const at::
   op.meta(self, other, alpha);
   const at::Tensor& r = op.maybe_get_output(0);
   const at::ScalarType common = op.common_dtype();
-  std::optional<nk_scalar> a = scalar_as(alpha, common);
+  std::optional<nk_scalar> a;
+  if (!cpu_alpha(alpha, common)) a = scalar_as(alpha, common);
   bool done = false;
   if (a) {
     nk_ew_params p{};
