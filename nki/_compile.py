@@ -8,7 +8,8 @@ Later calls hand the list and the argument addresses to ``torch_neuronx._C._nki_
 nki_exec.c), which calls the kernel library (copies, element-wise, reductions, GEMM) step by step.
 
 Anything the lowering does not know - an instruction without a lowering, a value read back into Python, an
-integer op numpy computes in float64 (divide, exp of an integer tile) - marks the key "interpret": those calls keep running the interpreter,
+integer op numpy computes in a float dtype with loops the library does not reproduce bit for bit (exp, log,
+power of an integer tile) - marks the key "interpret": those calls keep running the interpreter,
 which stays the reference. ``nki.compile_stats()`` counts replayed and interpreted calls and says why a
 signature fell back.
 
@@ -37,11 +38,16 @@ FILL, COPY, UNARY, BINARY, GEMM, REDUCE, COPY_IF, INT = range(8)
 _IOP = {"copy": 0, "bypass": 0, "add": 1, "subtract": 2, "multiply": 3, "maximum": 4, "minimum": 5, "bitwise_and": 6,
         "bitwise_or": 7, "bitwise_xor": 8, "left_shift": 9, "right_shift": 10, "equal": 11, "not_equal": 12,
         "less": 13, "less_equal": 14, "greater": 15, "greater_equal": 16, "logical_and": 17, "logical_or": 18,
-        "logical_xor": 19, "negative": 20, "abs": 21, "invert": 22, "logical_not": 23}
+        "logical_xor": 19, "negative": 20, "abs": 21, "invert": 22, "logical_not": 23, "divide": 24, "sqrt": 25,
+        "rsqrt": 26, "reciprocal": 27}
 _I_ARITH = ("add", "subtract", "multiply", "maximum", "minimum")  # nl's _int_or_f32: ints as ints, else fp32
 _I_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 _I_CMP = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
           "logical_xor", "logical_not")
+# computed in numpy's float result dtype (fp16/fp32/fp64), each operation correctly rounded there: bitwise what
+# numpy gives (exp, log, power... are not: their float64/float16 loops are numpy's own, not the library's)
+_I_FLOAT = ("divide", "sqrt", "rsqrt", "reciprocal")
+_F_DOM = {"float16": 6, "float32": _F32, "float64": 9}
 _I_SCALAR, _I_REVERSE = 1 << 8, 1 << 9
 _INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
 _UNARY = {"negative": 0, "abs": 1, "exp": 2, "log": 3, "sqrt": 4, "rsqrt": 5, "reciprocal": 6, "sin": 7, "cos": 8,
@@ -486,11 +492,21 @@ class Trace:
             dom = _F32
         elif T.kind == "f" and name in _I_CMP:
             dom = 9  # NK_F64: compares exact in double
+        elif name in _I_FLOAT and T.name in _F_DOM:
+            dom = _F_DOM[T.name]
         else:
             raise Unsupported(f"integer {name} computed in {T}")
         flags, value = dom, 0.0
-        sc = [x for x in pr if not isinstance(x, np.ndarray)]
-        if sc:
+        sc = [x for x, o in zip(pr, srcs) if not isinstance(o, Opd)]
+        if sc and name in _I_FLOAT:  # nl's _f32: a scalar operand is an fp32 array (an integer array stays), then T
+            try:
+                a = sc[0]
+                v = (a if isinstance(a, np.ndarray) and a.dtype.kind in "iub" else np.asarray(a, np.float32)).astype(T)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise Unsupported(f"scalar operand: {e}")
+            value = float(v)
+            flags |= _I_SCALAR | (_I_REVERSE if not isinstance(srcs[0], Opd) else 0)
+        elif sc:
             try:
                 v = np.asarray(sc[0]).astype(T if dom != _F32 else np.float32)
             except (TypeError, ValueError, OverflowError) as e:
@@ -500,7 +516,7 @@ class Trace:
             value = float(v)
             flags |= _I_SCALAR | (_I_REVERSE if not isinstance(srcs[0], Opd) else 0)
         if dst is None:
-            if res.name not in _NK:
+            if res.name not in _NK or res.name == "float16":  # an fp16 tile reads back as fp32, numpy's would not
                 raise Unsupported(f"an intermediate of {res}")
             dst = self.temp(tiles[0].shape, res.name)
         target = dst

@@ -484,11 +484,17 @@ typedef enum nkx_kind {
  * the interpreter encodes it: to an integer o0 wrapped (from an integer) or rounded to nearest even with
  * saturation and NaN as 0 (from a float); to a float o0 rounded to nearest even; to bool as != 0. Compares and
  * logical ops give 0/1. Shifts follow numpy: a count outside [0, bits of T) gives 0 (<<) or the sign (>>).
+ * The float ops (NKX_I_DIV: true division, NKX_I_SQRT, NKX_I_RSQRT: 1 / sqrt, NKX_I_RECIP: 1 / x) take T =
+ * NK_F16, NK_F32 or NK_F64 (numpy's result dtype, e.g. float64 for int32 / int32, float16 for sqrt of int8):
+ * the operands are converted to T, every operation is rounded to T (computed in double, then rounded once to
+ * T: for a division or square root that is T's correctly rounded result), and a double result stored to fp16
+ * is rounded once (numpy's float64 -> float16 cast), to bf16 through fp32 (the interpreter's encoding).
  */
 typedef enum nkx_iop {
     NKX_I_CAST = 0, NKX_I_ADD, NKX_I_SUB, NKX_I_MUL, NKX_I_MAX, NKX_I_MIN, NKX_I_AND, NKX_I_OR, NKX_I_XOR,
     NKX_I_SHL, NKX_I_SHR, NKX_I_EQ, NKX_I_NE, NKX_I_LT, NKX_I_LE, NKX_I_GT, NKX_I_GE, NKX_I_LAND, NKX_I_LOR,
-    NKX_I_LXOR, NKX_I_NEG, NKX_I_ABS, NKX_I_INVERT, NKX_I_LNOT, NKX_I_COUNT
+    NKX_I_LXOR, NKX_I_NEG, NKX_I_ABS, NKX_I_INVERT, NKX_I_LNOT, NKX_I_DIV, NKX_I_SQRT, NKX_I_RSQRT, NKX_I_RECIP,
+    NKX_I_COUNT
 } nkx_iop;
 #define NKX_I_SCALAR (1 << 8)
 #define NKX_I_REVERSE (1 << 9)

@@ -436,8 +436,33 @@ static inline void nkx_iput(char *p, nk_dtype t, int64_t v) {
     }
 }
 
+/* numpy's float64 -> float16 cast: one rounding to nearest even (no double rounding through fp32: the fp32
+ * step rounds to odd, which keeps the sticky bit), a NaN keeps its sign and top payload bits. */
+static inline uint16_t nkx_d2h(double v) {
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    if ((u & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull) {
+        uint16_t h = (uint16_t)(0x7C00u + ((u & 0x000FFFFFFFFFFFFFull) >> 42));
+        if (h == 0x7C00u) h++;
+        return (uint16_t)(((u >> 48) & 0x8000u) | h);
+    }
+    float f = (float)v;
+    if (fabs((double)f) > fabs(v)) f = nextafterf(f, 0.0f);  /* truncate toward zero */
+    if ((double)f != v) {
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        b |= 1u;  /* inexact: odd */
+        memcpy(&f, &b, 4);
+    }
+    return nk_f32_to_f16(f);
+}
+
 /* A float value into t: floats rounded, integers rounded to nearest even, saturated, NaN as 0; bool != 0. */
 static inline void nkx_dput(char *p, nk_dtype t, double v) {
+    if (t == NK_F16) {
+        *(uint16_t *)p = nkx_d2h(v);
+        return;
+    }
     if (nk_is_half_or_float(t)) {
         nkx_fput(p, t, (float)v);
         return;
@@ -531,8 +556,30 @@ static inline int64_t nkx_dop2(int32_t op, double a, double b) {
     }
 }
 
+/* v rounded to the float compute type T (NK_F16, NK_F32 or NK_F64). */
+static inline double nkx_round_t(double v, int32_t t) {
+    if (t == NK_F64) return v;
+    if (t == NK_F32) return (double)(float)v;
+    return (double)nk_f16_to_f32(nkx_d2h(v));
+}
+
+/* The float ops in T: each operation computed in double and rounded once to T (for T = fp16 or fp32 that is
+ * the correctly rounded division / square root, as numpy's float16 and float32 loops give). */
+static inline double nkx_flop(int32_t op, double a, double b, int32_t t) {
+    switch (op) {
+    case NKX_I_DIV: return nkx_round_t(a / b, t);
+    case NKX_I_SQRT: return nkx_round_t(sqrt(a), t);
+    case NKX_I_RSQRT: return nkx_round_t(1.0 / nkx_round_t(sqrt(a), t), t);
+    case NKX_I_RECIP: return nkx_round_t(1.0 / a, t);
+    default: return NAN;
+    }
+}
+
+static bool nkx_iop_float(int32_t op) { return op >= NKX_I_DIV && op <= NKX_I_RECIP; }
+
 static bool nkx_iop_unary(int32_t op) {
-    return op == NKX_I_CAST || op == NKX_I_NEG || op == NKX_I_ABS || op == NKX_I_INVERT || op == NKX_I_LNOT;
+    return op == NKX_I_CAST || op == NKX_I_NEG || op == NKX_I_ABS || op == NKX_I_INVERT || op == NKX_I_LNOT ||
+           op == NKX_I_SQRT || op == NKX_I_RSQRT || op == NKX_I_RECIP;
 }
 
 static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases) {
@@ -542,7 +589,10 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
     if (op < 0 || op >= NKX_I_COUNT || in->nops != (unary || scalar ? 2 : 3) || (unary && scalar))
         return NK_INVALID;
     const bool cmp = (op >= NKX_I_EQ && op <= NKX_I_LXOR) || op == NKX_I_LNOT;
-    if (nkx_int_dtype(dom)) {
+    const bool flt = nkx_iop_float(op);
+    if (flt) {
+        if (dom != NK_F16 && dom != NK_F32 && dom != NK_F64) return NK_INVALID;
+    } else if (nkx_int_dtype(dom)) {
         /* integer compute */
     } else if (dom == NK_F32) {
         if (cmp || op == NKX_I_INVERT || (op >= NKX_I_AND && op <= NKX_I_SHR)) return NK_INVALID;
@@ -583,7 +633,15 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
             const char *q1 = p[1] + j * s1, *q2 = in->nops > 2 ? p[2] + j * s2 : NULL;
             char *q0 = p[0] + j * s0;
             bool as_int = true;
-            if (nkx_int_dtype(dom)) {
+            if (flt) {
+                as_int = false;
+                const double bv = nkx_round_t(dv, dom);
+                for (int64_t i = 0; i < n; i++) {
+                    const double a = nkx_round_t(nkx_dget(q1 + i * s1, dt1), dom);
+                    const double b = q2 ? nkx_round_t(nkx_dget(q2 + i * s2, dt2), dom) : bv;
+                    dr[i] = rev ? nkx_flop(op, b, a, dom) : nkx_flop(op, a, b, dom);
+                }
+            } else if (nkx_int_dtype(dom)) {
                 for (int64_t i = 0; i < n; i++) ia[i] = nk_load_i64(q1 + i * s1, dt1);
                 if (q2)
                     for (int64_t i = 0; i < n; i++) ib[i] = nk_load_i64(q2 + i * s2, dt2);

@@ -444,6 +444,56 @@ static void test_int_ops(void) {
     CHECK(int_step(NKX_I_ADD, NK_I32 | NKX_I_SCALAR, 1e300, NK_I32, o32, NK_I32, a32, 0, NULL, 2) == NK_INVALID);
 }
 
+static uint16_t h_bits(double v) {  /* the expected fp16 of v by exhaustive search: nearest, ties to even */
+    uint16_t best = 0;
+    double bd = INFINITY;
+    for (uint32_t h = 0; h < 0x7C00u; h++) {
+        const uint32_t e = h >> 10, m = h & 0x3FFu;
+        const double x = e ? ldexp(1024.0 + m, (int)e - 25) : ldexp((double)m, -24);
+        const double d = fabs(x - fabs(v));
+        if (d < bd || (d == bd && !(h & 1u))) bd = d, best = (uint16_t)h;
+    }
+    if (fabs(v) >= 65520.0) best = 0x7C00u;
+    return (uint16_t)(best | (v < 0 ? 0x8000u : 0u));
+}
+
+/* The float ops on integer tiles (NKX_I_DIV/SQRT/RSQRT/RECIP) and the integer reductions. */
+static void test_int_float_ops(void) {
+    /* float64 division: x / 0 is +-inf or NaN; stored to int32 NaN is 0 and inf saturates */
+    int32_t a[5] = {7, -7, 0, 2147483647, 1}, b[5] = {2, 0, 0, -1, 3};
+    float qf[5];
+    int32_t qi[5];
+    CHECK(int_step(NKX_I_DIV, NK_F64, 0, NK_F32, qf, NK_I32, a, NK_I32, b, 5) == NK_SUCCESS);
+    CHECK(qf[0] == 3.5f && isinf(qf[1]) && qf[1] < 0 && isnan(qf[2]) && qf[3] == -2147483648.0f &&
+          qf[4] == (float)(1.0 / 3.0));
+    CHECK(int_step(NKX_I_DIV, NK_F64, 0, NK_I32, qi, NK_I32, a, NK_I32, b, 5) == NK_SUCCESS);
+    CHECK(qi[0] == 4 && qi[1] == -2147483647 - 1 && qi[2] == 0 && qi[3] == -2147483647 && qi[4] == 0);
+    /* fp16 stores of double quotients round once (no double rounding through fp32) */
+    int32_t n[6] = {2049, 1, 4097, -1, 65519, 65520}, d[6] = {1, 3, 1, 7, 1, 1};
+    uint16_t h[6];
+    CHECK(int_step(NKX_I_DIV, NK_F64, 0, NK_F16, h, NK_I32, n, NK_I32, d, 6) == NK_SUCCESS);
+    int bad = 0;
+    for (int i = 0; i < 6; i++) bad += h[i] != h_bits((double)n[i] / (double)d[i]);
+    CHECK_MSG(bad == 0, "fp16 of float64 quotients: %d wrong", bad);
+    /* a value just above a half-way point of fp16 whose fp32 rounding lands on the tie: 1 + 2^-11 + 2^-30 */
+    int64_t big[1] = {(int64_t)1 << 30 | (int64_t)1 << 19 | 1}, one[1] = {(int64_t)1 << 30};
+    CHECK(int_step(NKX_I_DIV, NK_F64, 0, NK_F16, h, NK_I64, big, NK_I64, one, 1) == NK_SUCCESS);
+    CHECK(h[0] == 0x3C01);
+    /* fp16 domain: sqrt of int8 rounded to fp16, rsqrt rounds twice there; a reversed scalar divide */
+    int8_t s8[4] = {2, 3, -1, 0};
+    float sf[4];
+    CHECK(int_step(NKX_I_SQRT, NK_F16, 0, NK_F32, sf, NK_I8, s8, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(sf[0] == 1.4140625f && sf[1] == 1.732421875f && isnan(sf[2]) && sf[3] == 0.0f);
+    CHECK(int_step(NKX_I_RSQRT, NK_F16, 0, NK_F32, sf, NK_I8, s8, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(sf[0] == 0.70703125f && isnan(sf[2]) && isinf(sf[3]));
+    CHECK(int_step(NKX_I_DIV, NK_F32 | NKX_I_SCALAR | NKX_I_REVERSE, 1.0, NK_F32, sf, NK_I8, s8, 0, NULL, 4) ==
+          NK_SUCCESS);
+    CHECK(sf[0] == 0.5f && sf[1] == 1.0f / 3.0f && sf[2] == -1.0f && isinf(sf[3]));
+    /* refused: a float op in an integer domain */
+    CHECK(int_step(NKX_I_DIV, NK_I32, 0, NK_I32, qi, NK_I32, a, NK_I32, b, 5) == NK_INVALID);
+
+}
+
 /* NKX_JOIN_NEXT (nki_exec.c): back-to-back independent groups run in one parallel region; same bytes as apart. */
 #define NKX_JOIN_NEXT_TEST ((int32_t)1 << 29)
 static void test_joined_groups(int64_t rows, int64_t f, int ngroups) {
@@ -485,6 +535,7 @@ int main(void) {
     }
     test_bad_plans();
     test_int_ops();
+    test_int_float_ops();
     test_joined_groups(128, 1024, 4);
     test_joined_groups(77, 1000, 3);
     test_joined_groups(3, 5, 2);
