@@ -547,7 +547,8 @@ class Trace:
         else:
             self.copy(dst, t)
 
-    def reduce(self, dst_t, src: Opd, opname, axes, negate=False, mask=None):
+    def reduce(self, dst_t, src: Opd, opname, axes, negate=False, mask=None, npfn=None):
+        """npfn: the numpy reduction the interpreter calls (its result dtype is an integer reduction's T)."""
         if opname not in _REDUCE:
             raise Unsupported(f"reduction {opname}")
         nd = len(src.shape)
@@ -557,9 +558,48 @@ class Trace:
         if dst is None:
             self.recorded = True
             return
-        self.reduce_to(dst.reshape(keep), src, opname, axes, keep, negate)
+        if src.name in _INT_NAMES + ("bool_",):
+            self.int_reduce(dst.reshape(keep), src, opname, axes, negate, npfn)
+        else:
+            self.reduce_to(dst.reshape(keep), src, opname, axes, keep, negate)
         if fin is not None:
             fin()
+
+    def int_reduce(self, dst, src, opname, axes, negate, npfn):
+        """An integer tile reduced as the interpreter's numpy does (NKX_I_RSUM/RMAX/RMIN/RMEAN): the sum wrapped
+        to numpy's result dtype, max/min exact, a mean the exact sum over the count in float64."""
+        if npfn is None:
+            raise Unsupported(f"integer {opname} reduction")
+        name = {"add": "sum", "maximum": "max", "minimum": "min"}.get(opname, opname)
+        st = _core.to_dtype(src.name).storage
+        try:
+            with np.errstate(all="ignore"):
+                T = np.asarray(npfn(np.zeros((1, 2), st), axis=(1,))).dtype
+                if negate:
+                    T = np.asarray(-np.zeros(1, T)).dtype
+        except (TypeError, ValueError) as e:
+            raise Unsupported(f"integer {opname} reduction: {e}")
+        cnt = int(np.prod([src.shape[a] for a in axes], dtype=np.int64))
+        if name == "mean":
+            if T != np.float64 or src.name in ("int64",) or cnt > 1 << 21:
+                raise Unsupported(f"a mean of {src.name} over {cnt} elements (its float64 sum may round)")
+            dom = 9
+        elif T.name == "uint64" and name == "sum":
+            dom = _NK["int64"]  # sums of unsigned values below 2^63: the same bits, the same conversions
+            # a negated uint64 sum is near 2^64 as a float (into an integer tile only its low bits count)
+            if (negate and dst.name not in _INT_NAMES + ("bool_",)) or cnt * (2 ** 32) >= 2 ** 63:
+                raise Unsupported(f"a uint64 sum of {cnt} elements")
+        elif T.name in _INT_NAMES or (T.kind == "b" and name != "sum"):
+            dom = _NK[T.name] if T.kind != "b" else _NK["bool_"]
+        else:
+            raise Unsupported(f"integer {opname} reduction into {T}")
+        op = {"sum": 28, "max": 29, "min": 30, "mean": 31}[name]
+        flags = dom | (1 << 10 if negate else 0) | (sum(1 << a for a in axes) << 16)
+        if _overlap(src, dst, self.regions) and src.region != 0:
+            t = self.temp(dst.shape, dst.name)
+            self.emit(INT, [t, src], op=op, flags=flags)
+            return self.copy(dst, t)
+        self.emit(INT, [dst, src], op=op, flags=flags)
 
     def reduce_to(self, dst, src, opname, axes, keep, negate):
         if src.name not in _FLOAT_NAMES or dst.name not in _FLOAT_NAMES:
@@ -1638,7 +1678,7 @@ def rec_nl_reduce(tr, out, x, name, axis, mask=None):
     if not isinstance(x, _core.NkiTensor):
         raise Unsupported("a reduction of a non-tile")
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
-    tr.reduce(out, tr.opd(x), name, axes)
+    tr.reduce(out, tr.opd(x), name, axes, npfn=getattr(np, name, None))
 
 
 def rec_binary_tiles(tr, out, x, y, op, mask=None):
@@ -1697,8 +1737,10 @@ def reduce_name(op):
 
 
 def rec_reduce(tr, dst, data, op, axis, negate=False, mask=None):
+    from . import isa
+
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
-    tr.reduce(dst, tr.opd(data), reduce_name(op), axes, negate, mask)
+    tr.reduce(dst, tr.opd(data), reduce_name(op), axes, negate, mask, npfn=isa._reducer(op))
 
 
 def rec_transpose(tr, dst, src):

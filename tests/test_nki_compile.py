@@ -1132,6 +1132,74 @@ def test_int_divide_sqrt_replays(monkeypatch, dtype, shape):
     assert st_ok(nki.compile_stats())
 
 
+@nki.jit
+def int_reductions(x, x3, means):
+    """Integer reductions over the free axes: nl.sum (numpy sums small integers in int64), nl.max, nl.min,
+    nl.mean (float64), tensor_reduce (np.add.reduce keeps the input dtype: it wraps there) with negate, into
+    integer, fp32 and bf16 tiles, keepdims and a [P, A, B] tile reduced over one and both free axes."""
+    P, F = x.shape
+    o_i = nl.ndarray((P, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    o_w = nl.ndarray((P, 2), dtype=nl.int32, buffer=nl.shared_hbm)
+    o_f = nl.ndarray((P, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+    o_b = nl.ndarray((P, 1), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    o_3 = nl.ndarray((P, 3), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    nl.store(o_i[:, 0:1], nl.sum(a, axis=1, keepdims=True))
+    nl.store(o_i[:, 1], nl.max(a, axis=1))
+    nl.store(o_i[:, 2], nl.min(a, axis=[1]))
+    nl.store(o_i[:, 3], nl.mean(a, axis=1) if means else nl.min(a, axis=1))
+    r = nl.ndarray((P, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=r[:, 0:1], op=nl.add, data=a, axis=1, keepdims=True)
+    nisa.tensor_reduce(dst=r[:, 1:2], op=nl.maximum, data=a, axis=1, negate=True, keepdims=True)
+    nisa.tensor_reduce(dst=r[:, 2:3], op=nl.minimum, data=a, axis=1, keepdims=True)
+    nisa.tensor_reduce(dst=r[:, 3:4], op=nl.add, data=a, axis=1, negate=True, keepdims=True)
+    nl.store(o_i[:, 4:8], r)
+    w = nl.ndarray((P, 2), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=w[:, 0:1], op=nl.add, data=a, axis=1, keepdims=True)  # wrapped in x's dtype, widened
+    nl.store(w[:, 1:2], nl.sum(a, axis=1, keepdims=True, dtype=nl.int32))
+    nl.store(o_w, w)
+    nl.store(o_f[:, 0], nl.sum(a, axis=1, dtype=nl.float32))
+    nl.store(o_f[:, 1], nl.mean(a, axis=1, dtype=nl.float32) if means else nl.sum(a, axis=1, dtype=nl.float32))
+    nl.store(o_f[:, 2], nl.max(a, axis=1, dtype=nl.float32))
+    t = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=t, op=nl.add, data=a, axis=1, keepdims=True)
+    nl.store(o_f[:, 3:4], t)
+    nl.store(o_b, nl.sum(a, axis=1, keepdims=True, dtype=nl.bfloat16))
+    a3 = nl.load(x3)
+    nl.store(o_3[:, 0], nl.sum(a3, axis=[1, 2]))
+    m = nl.max(a3, axis=1)
+    nl.store(o_3[:, 1], nl.min(m, axis=1))
+    nl.store(o_3[:, 2], nl.mean(a3, axis=(1, 2)) if means else nl.max(a3, axis=(1, 2)))
+    return o_i, o_w, o_f, o_b, o_3
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("shape", [(7, 33), (128, 65)])
+def test_int_reductions_replay(monkeypatch, dtype, shape):
+    """Integer reductions replay in C (NKX_I_RSUM/RMAX/RMIN/RMEAN) with numpy's result dtype: bitwise."""
+    dev = _dev()
+    x = _int_data(shape, dtype, 72)
+    if dtype == torch.int64:
+        x.view(-1)[-3:] = torch.tensor([2 ** 62, 2 ** 62, -(2 ** 63)])  # the int64 sum wraps
+    x3 = x[:, :shape[1] // 3 * 3].reshape(shape[0], shape[1] // 3, 3).contiguous()
+    means = dtype != torch.int64  # an int64 mean (a float64 sum that may round) stays on the interpreter
+    ref, out = both(int_reductions, lambda: (x.to(dev), x3.to(dev), means), monkeypatch)
+    _same(out, ref)
+    assert st_ok(nki.compile_stats())
+    if not means:
+        nki.reset_compile_cache()
+        monkeypatch.setenv("NKI_COMPILE", "1")
+        for _ in range(2):
+            _same(_cpu(int_reductions(x.to(dev), x3.to(dev), True)), _cpu(int_reductions(x.to(dev), x3.to(dev),
+                                                                                         True)))
+        assert any("a mean of int64" in f[1] for f in nki.compile_stats()["fallbacks"])
+        nki.reset_compile_cache()
+    xi = x.to(torch.int64)
+    if dtype != torch.int64:
+        _same(out[0][:, 1], x.max(dim=1).values)
+        _same(out[2][:, 0], xi.sum(dim=1).float())
+
+
 def _plans():
     return [p for p in list(_compile._PLANS.values()) + list(_compile._FAST.values()) if isinstance(p, _compile.Plan)]
 

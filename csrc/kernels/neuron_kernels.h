@@ -494,10 +494,19 @@ typedef enum nkx_iop {
     NKX_I_CAST = 0, NKX_I_ADD, NKX_I_SUB, NKX_I_MUL, NKX_I_MAX, NKX_I_MIN, NKX_I_AND, NKX_I_OR, NKX_I_XOR,
     NKX_I_SHL, NKX_I_SHR, NKX_I_EQ, NKX_I_NE, NKX_I_LT, NKX_I_LE, NKX_I_GT, NKX_I_GE, NKX_I_LAND, NKX_I_LOR,
     NKX_I_LXOR, NKX_I_NEG, NKX_I_ABS, NKX_I_INVERT, NKX_I_LNOT, NKX_I_DIV, NKX_I_SQRT, NKX_I_RSQRT, NKX_I_RECIP,
-    NKX_I_COUNT
+    NKX_I_RSUM, NKX_I_RMAX, NKX_I_RMIN, NKX_I_RMEAN, NKX_I_COUNT
 } nkx_iop;
 #define NKX_I_SCALAR (1 << 8)
 #define NKX_I_REVERSE (1 << 9)
+/*
+ * Integer reductions: o0 (o1's ndim, 1 in the reduced dims) = op(o1) over the dims of bitmask
+ * (flags >> NKX_I_AXES_SHIFT) & 0x3F, o1 an integer or bool tile. NKX_I_RSUM wraps the sum to T (numpy's result
+ * dtype: np.sum gives int64, np.add.reduce the input's dtype; the order cannot matter), NKX_I_RMAX / RMIN are
+ * exact, NKX_I_RMEAN (T = NK_F64) is the exact sum in double over the count (the tracer sends it only where
+ * the sum is exact in double). NKX_I_NEGATE negates the result in T (wrapping). Stored with o0's encoding.
+ */
+#define NKX_I_NEGATE (1 << 10)
+#define NKX_I_AXES_SHIFT 16
 
 /*
  * Fused groups: the tracer sets NKX_FUSE_NEXT in flags on every step of a run but the last when the run's

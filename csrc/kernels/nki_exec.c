@@ -582,8 +582,79 @@ static bool nkx_iop_unary(int32_t op) {
            op == NKX_I_SQRT || op == NKX_I_RSQRT || op == NKX_I_RECIP;
 }
 
+/* NKX_I_RSUM / RMAX / RMIN / RMEAN (neuron_kernels.h): element by element over each output's reduced block. */
+static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t nbases) {
+    const int32_t op = in->op, dom = in->flags & 0xFF;
+    const uint32_t axes = ((uint32_t)in->flags >> NKX_I_AXES_SHIFT) & 0x3Fu;
+    const bool neg = (in->flags & NKX_I_NEGATE) != 0;
+    if (in->nops != 2 || (in->flags & (NKX_I_SCALAR | NKX_I_REVERSE))) return NK_INVALID;
+    if (op == NKX_I_RMEAN ? (dom != NK_F64) : !(nkx_int_dtype(dom) || (dom == NK_BOOL && op != NKX_I_RSUM)))
+        return NK_INVALID;
+    nk_tensor t[2];
+    for (int k = 0; k < 2; k++) {
+        const nk_status s = nkx_tensor(&in->o[k], bases, nbases, &t[k]);
+        if (s != NK_SUCCESS) return s;
+    }
+    const int32_t nd = t[1].ndim;
+    if (t[0].ndim != nd || !(nkx_int_dtype(t[1].dtype) || t[1].dtype == NK_BOOL) || t[0].dtype == NK_F64 ||
+        t[0].dtype == NK_U64 || (axes >> nd) != 0)
+        return NK_INVALID;
+    int64_t rsz[NKX_MAX_DIMS], osz[NKX_MAX_DIMS], cnt = 1;
+    for (int32_t d = 0; d < nd; d++) {
+        const bool r = (axes >> d) & 1u;
+        if (t[1].sizes[d] < 0 || t[0].sizes[d] != (r ? 1 : t[1].sizes[d])) return NK_INVALID;
+        rsz[d] = r ? t[1].sizes[d] : 1;
+        osz[d] = r ? 1 : t[1].sizes[d];
+        cnt *= rsz[d];
+    }
+    for (int32_t d = 0; d < nd; d++)
+        if (osz[d] == 0) return NK_SUCCESS;
+    if (cnt == 0 && op != NKX_I_RSUM) return NK_INVALID;  /* numpy has no max of nothing; a mean would be 0/0 */
+    const int64_t e0 = (int64_t)nk_dtype_size(t[0].dtype), e1 = (int64_t)nk_dtype_size(t[1].dtype);
+    int64_t oi[NKX_MAX_DIMS] = {0};
+    for (;;) {
+        const char *base = (const char *)t[1].data;
+        char *q = (char *)t[0].data;
+        for (int32_t d = 0; d < nd; d++) {
+            base += oi[d] * t[1].strides[d] * e1;
+            q += oi[d] * t[0].strides[d] * e0;
+        }
+        uint64_t sum = 0;
+        int64_t best = 0;
+        int64_t ri[NKX_MAX_DIMS] = {0};
+        for (int64_t k = 0; k < cnt; k++) {
+            const char *p = base;
+            for (int32_t d = 0; d < nd; d++) p += ri[d] * t[1].strides[d] * e1;
+            const int64_t v = nk_load_i64(p, t[1].dtype);
+            if (op == NKX_I_RSUM || op == NKX_I_RMEAN)
+                sum += (uint64_t)v;
+            else if (k == 0 || (op == NKX_I_RMAX ? v > best : v < best))
+                best = v;
+            for (int32_t d = nd - 1; d >= 0; d--) {
+                if (++ri[d] < rsz[d]) break;
+                ri[d] = 0;
+            }
+        }
+        if (op == NKX_I_RMEAN) {
+            const double m = (double)(int64_t)sum / (double)cnt;
+            nkx_dput(q, t[0].dtype, neg ? -m : m);
+        } else {
+            int64_t r = op == NKX_I_RSUM ? nkx_wrap((int64_t)sum, (nk_dtype)dom) : best;
+            if (neg) r = nkx_wrap((int64_t)(0u - (uint64_t)r), (nk_dtype)dom);
+            nkx_iput(q, t[0].dtype, r);
+        }
+        int32_t d = nd - 1;
+        for (; d >= 0; d--) {
+            if (++oi[d] < osz[d]) break;
+            oi[d] = 0;
+        }
+        if (d < 0) return NK_SUCCESS;
+    }
+}
+
 static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases) {
     const int32_t op = in->op, dom = in->flags & 0xFF;
+    if (op >= NKX_I_RSUM && op <= NKX_I_RMEAN) return nkx_int_reduce(in, bases, nbases);
     const bool scalar = (in->flags & NKX_I_SCALAR) != 0, rev = (in->flags & NKX_I_REVERSE) != 0;
     const bool unary = nkx_iop_unary(op);
     if (op < 0 || op >= NKX_I_COUNT || in->nops != (unary || scalar ? 2 : 3) || (unary && scalar))

@@ -492,6 +492,49 @@ static void test_int_float_ops(void) {
     /* refused: a float op in an integer domain */
     CHECK(int_step(NKX_I_DIV, NK_I32, 0, NK_I32, qi, NK_I32, a, NK_I32, b, 5) == NK_INVALID);
 
+    /* reductions of a [3, 4] int8 tile over dim 1 (and both dims): sum in int64 / wrapped in int8, max, min,
+     * mean, negate */
+    int8_t x[12] = {100, 100, 100, -1, -128, -128, 5, 6, 0, 0, 0, 0};
+    int64_t sz[2] = {3, 4}, st[2] = {4, 1}, osz[2] = {3, 1}, ost[2] = {1, 1};
+    void *bases[R_COUNT] = {NULL, g_consts, x, x, NULL};
+    int64_t out64[3];
+    int8_t out8[3];
+    float outf[3];
+    struct { int32_t op, dom, neg; nk_dtype dt; void *out; } cases[] = {
+        {NKX_I_RSUM, NK_I64, 0, NK_I64, out64}, {NKX_I_RSUM, NK_I8, 0, NK_I8, out8},
+        {NKX_I_RMAX, NK_I8, 1, NK_I8, out8}, {NKX_I_RMEAN, NK_F64, 0, NK_F32, outf},
+        {NKX_I_RMIN, NK_I8, 0, NK_I64, out64},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        bases[R_OUT] = cases[c].out;
+        nkx_operand none;
+        memset(&none, 0, sizeof none);
+        nkx_instr p = ins(NKX_INT, cases[c].op, 0, cases[c].dom | (cases[c].neg ? NKX_I_NEGATE : 0) |
+                          (2 << NKX_I_AXES_SHIFT), 2, opd(R_OUT, cases[c].dt, 0, 2, osz, ost),
+                          opd(R_X, NK_I8, 0, 2, sz, st), none);
+        CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_SUCCESS);
+        switch (c) {
+        case 0: CHECK(out64[0] == 299 && out64[1] == -245 && out64[2] == 0); break;
+        case 1: CHECK(out8[0] == 43 && out8[1] == 11 && out8[2] == 0); break;
+        case 2: CHECK(out8[0] == -100 && out8[1] == -6 && out8[2] == 0); break;
+        case 3: CHECK(outf[0] == 74.75f && outf[1] == -61.25f && outf[2] == 0.0f); break;
+        default: CHECK(out64[0] == -1 && out64[1] == -128 && out64[2] == 0); break;
+        }
+    }
+    int64_t all1[2] = {1, 1}, total[1] = {0};
+    bases[R_OUT] = total;
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    nkx_instr p = ins(NKX_INT, NKX_I_RSUM, 0, NK_I64 | (3 << NKX_I_AXES_SHIFT), 2, opd(R_OUT, NK_I64, 0, 2, all1, st),
+                      opd(R_X, NK_I8, 0, 2, sz, st), none);
+    CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_SUCCESS);
+    CHECK(total[0] == 54);
+    /* refused: a reduced dim of the output that is not 1, a mean outside float64 */
+    p.o[0].sizes[1] = 2;
+    CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_INVALID);
+    p.o[0].sizes[1] = 1;
+    p.op = NKX_I_RMEAN;
+    CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_INVALID);
 }
 
 /* NKX_JOIN_NEXT (nki_exec.c): back-to-back independent groups run in one parallel region; same bytes as apart. */
