@@ -1572,8 +1572,8 @@ def rec_select(tr, res, pred, on_true, on_false, mask=None):
     if tr.mask_box(res, mask) is not None:
         raise Unsupported("a masked select")
     d = tr.opd(res, write=True)
-    if d.name not in _FLOAT_NAMES:
-        raise Unsupported(f"a select into {d.name}")
+    if d.name not in _FLOAT_NAMES or _int_tile(on_true) or _int_tile(on_false):
+        return _select_int(tr, d, pred, on_true, on_false)
     shape = d.shape
     p = _select_operand(tr, pred, shape, pred=True)
     t = _select_operand(tr, on_true, shape)
@@ -1583,6 +1583,68 @@ def rec_select(tr, res, pred, on_true, on_false, mask=None):
             any(o.region == d.region and o.region != 0 for o in (p, t, f)):
         target = tr.temp(shape, d.name)  # the sources must be read before the destination is written
     tr.copy(target, f)
+    tr.emit(COPY_IF, [target, p, t])
+    if target is not d:
+        tr.copy(d, target)
+
+
+def _select_int(tr, d, pred, on_true, on_false):
+    """rec_select with an integer side or destination: numpy's where computes in T = the sides' result dtype,
+    then the store encodes into d's dtype. Each side becomes a tile of d's dtype (a tile cast through T with
+    NKX_INT, a scalar a fill of its encoded value), then NKX_COPY_IF copies the true side where pred holds."""
+    shape = d.shape
+
+    def probe(v):
+        if isinstance(v, _core.NkiTensor):
+            return np.zeros(1, np.float32 if v.dtype.kind == "f" else v.dtype.storage)
+        a = np.asarray(v)
+        if a.ndim != 0 or a.dtype.kind not in "iubf":
+            raise Unsupported(f"a select operand of type {type(v).__name__}")
+        return v
+
+    try:
+        with np.errstate(all="ignore"):
+            T = np.asarray(np.where(np.ones(1, bool), probe(on_true), probe(on_false))).dtype
+    except (TypeError, ValueError, OverflowError) as e:
+        raise Unsupported(f"a select of these operands: {e}")
+    if T.name in _INT_NAMES or T.name == "bool":
+        dom = _NK[T.name] if T.kind != "b" else _NK["uint8"]
+    elif T.name == "float32":
+        dom = _F32
+    elif T.name == "float64":
+        dom = 9
+    else:
+        raise Unsupported(f"a select computed in {T}")
+    ddt = _core.to_dtype(d.name)
+
+    def side(v, into):
+        """Writes side v, converted as numpy's where then the store do, into the tile operand ``into``."""
+        if isinstance(v, _core.NkiTensor):
+            o = tr.opd(v)
+            o = o.reshape(shape) if int(np.prod(o.shape, dtype=np.int64)) == int(np.prod(shape, dtype=np.int64)) \
+                else o.broadcast(shape)
+            if o.name in _FLOAT_NAMES and dom not in (_F32, 9):
+                raise Unsupported("a float side in an integer select")
+            return tr.emit(INT, [into, o], op=_IOP["copy"], flags=dom)
+        try:
+            with np.errstate(all="ignore"):
+                vt = np.asarray(v).astype(T)  # numpy's where casts a Python int to T (wrapping)
+                enc = ddt.encode(vt.reshape(1))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise Unsupported(f"a select value: {e}")
+        val = float(np.asarray(ddt.decode(enc)).reshape(-1)[0])
+        if ddt.kind != "f" and abs(val) > 2 ** 53:
+            raise Unsupported(f"a select value {v!r} past 2^53")
+        tr.emit(FILL, [into], value=val)
+
+    p = _select_operand(tr, pred, shape, pred=True)
+    srcs = [p] + [tr.opd(v) for v in (on_true, on_false) if isinstance(v, _core.NkiTensor)]
+    target = d
+    if any(o.region == d.region and o.region != 0 for o in srcs):
+        target = tr.temp(shape, d.name)  # the sources must be read before the destination is written
+    side(on_false, target)
+    t = tr.temp(shape, d.name)
+    side(on_true, t)
     tr.emit(COPY_IF, [target, p, t])
     if target is not d:
         tr.copy(d, target)

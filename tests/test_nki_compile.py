@@ -1200,6 +1200,59 @@ def test_int_reductions_replay(monkeypatch, dtype, shape):
         _same(out[2][:, 0], xi.sum(dim=1).float())
 
 
+@nki.jit
+def int_select(x, y):
+    """select / nl.where / affine_select with integer tiles: numpy's where result dtype (an int8 tile and an
+    fp32 scalar give fp32, an int32 tile and a Python float float64), then the store's encoding (wrap, or round
+    and saturate from a float), into integer, fp32 and bf16 tiles; predicates of each kind."""
+    P, F = x.shape
+    o_i = nl.ndarray((8, P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    o_f = nl.ndarray((3, P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    o_b = nl.ndarray((P, F), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    o_8 = nl.ndarray((P, F), dtype=nl.int8, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.load(y)
+    p = nl.greater(a, b)  # an fp32 0/1 tile
+    q = nl.bitwise_and(a, 4)  # an integer predicate tile
+    s = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.select(dst=s, predicate=p, on_true=a, on_false=b)
+    nl.store(o_i[0], s)
+    nl.store(o_i[1], nl.where(q, a, 5))
+    nl.store(o_i[2], nl.where(p, a, 2.5))  # 2.5 rounds to 2 in the integer tile
+    nl.store(o_i[3], nl.where(q, -3, b))
+    c = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.affine_select(dst=c, pattern=[[-1, F]], channel_multiplier=1, on_true_tile=a, on_false_value=-7.0,
+                       cmp_op=nl.greater_equal)
+    nl.store(o_i[4], c)
+    i = nl.mgrid[0:P, 0:F]
+    nl.store(o_i[5], nisa.affine_select(i.p - i.x >= 0, a, -9984.0))  # saturates in a narrow integer tile
+    nl.store(o_i[6], nl.where(i.x % 3 == 0, b, a))  # an index-expression predicate
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=t, src=a)
+    nisa.select(dst=t, predicate=q, on_true=b, on_false=t)  # in place: the false side is the destination
+    nl.store(o_i[7], t)
+    nl.store(o_f[0], nl.where(p, a, b, dtype=nl.float32))
+    nl.store(o_f[1], nl.where(q, a, -1.5, dtype=nl.float32))
+    f = nl.load(y, dtype=nl.float32)
+    nl.store(o_f[2], nl.where(p, a, f, dtype=nl.float32))  # an integer and a float tile
+    nl.store(o_b, nl.where(p, a, b, dtype=nl.bfloat16))
+    e = nl.ndarray((P, F), dtype=nl.int8, buffer=nl.sbuf)
+    nisa.select(dst=e, predicate=p, on_true=a, on_false=300)  # wraps into int8
+    nl.store(o_8, e)
+    return o_i, o_f, o_b, o_8
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("shape", [(7, 33), (128, 65)])
+def test_int_select_replays(monkeypatch, dtype, shape):
+    dev = _dev()
+    x, y = _int_data(shape, dtype, 73), _int_data(shape, dtype, 74)
+    ref, out = both(int_select, lambda: (x.to(dev), y.to(dev)), monkeypatch)
+    _same(out, ref)
+    _same(out[0][0], torch.maximum(x, y))
+    assert st_ok(nki.compile_stats())
+
+
 def _plans():
     return [p for p in list(_compile._PLANS.values()) + list(_compile._FAST.values()) if isinstance(p, _compile.Plan)]
 

@@ -489,6 +489,7 @@ typedef enum nkx_kind {
  * the operands are converted to T, every operation is rounded to T (computed in double, then rounded once to
  * T: for a division or square root that is T's correctly rounded result), and a double result stored to fp16
  * is rounded once (numpy's float64 -> float16 cast), to bf16 through fp32 (the interpreter's encoding).
+ * NKX_I_CAST with T = NK_F64 or NK_F16 converts o1 to T, then stores it with o0's encoding.
  */
 typedef enum nkx_iop {
     NKX_I_CAST = 0, NKX_I_ADD, NKX_I_SUB, NKX_I_MUL, NKX_I_MAX, NKX_I_MIN, NKX_I_AND, NKX_I_OR, NKX_I_XOR,

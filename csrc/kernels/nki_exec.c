@@ -571,6 +571,7 @@ static inline double nkx_flop(int32_t op, double a, double b, int32_t t) {
     case NKX_I_SQRT: return nkx_round_t(sqrt(a), t);
     case NKX_I_RSQRT: return nkx_round_t(1.0 / nkx_round_t(sqrt(a), t), t);
     case NKX_I_RECIP: return nkx_round_t(1.0 / a, t);
+    case NKX_I_CAST: return a;
     default: return NAN;
     }
 }
@@ -660,7 +661,8 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
     if (op < 0 || op >= NKX_I_COUNT || in->nops != (unary || scalar ? 2 : 3) || (unary && scalar))
         return NK_INVALID;
     const bool cmp = (op >= NKX_I_EQ && op <= NKX_I_LXOR) || op == NKX_I_LNOT;
-    const bool flt = nkx_iop_float(op);
+    /* a cast through float64 (or fp16): numpy's where / select result dtype, then o0's encoding */
+    const bool flt = nkx_iop_float(op) || (op == NKX_I_CAST && (dom == NK_F64 || dom == NK_F16));
     if (flt) {
         if (dom != NK_F16 && dom != NK_F32 && dom != NK_F64) return NK_INVALID;
     } else if (nkx_int_dtype(dom)) {

@@ -489,6 +489,11 @@ static void test_int_float_ops(void) {
     CHECK(int_step(NKX_I_DIV, NK_F32 | NKX_I_SCALAR | NKX_I_REVERSE, 1.0, NK_F32, sf, NK_I8, s8, 0, NULL, 4) ==
           NK_SUCCESS);
     CHECK(sf[0] == 0.5f && sf[1] == 1.0f / 3.0f && sf[2] == -1.0f && isinf(sf[3]));
+    /* casts through float64 saturate into integers */
+    int64_t wide[2] = {(int64_t)1 << 40, -3};
+    int16_t o16[2];
+    CHECK(int_step(NKX_I_CAST, NK_F64, 0, NK_I16, o16, NK_I64, wide, 0, NULL, 2) == NK_SUCCESS);
+    CHECK(o16[0] == 32767 && o16[1] == -3);
     /* refused: a float op in an integer domain */
     CHECK(int_step(NKX_I_DIV, NK_I32, 0, NK_I32, qi, NK_I32, a, NK_I32, b, 5) == NK_INVALID);
 
