@@ -1735,8 +1735,8 @@ def rec_load(tr, t, src, mask=None):
 
 
 def rec_nl_reduce(tr, out, x, name, axis, mask=None):
-    if mask is not None:
-        raise Unsupported("a masked reduction")
+    """nl.sum/max/min/mean: the interpreter reduces every element and writes the whole result tile, with or
+    without a mask (nki/language.py's _reduce does not apply it), so the mask is not lowered either."""
     if not isinstance(x, _core.NkiTensor):
         raise Unsupported("a reduction of a non-tile")
     axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)

@@ -466,7 +466,7 @@ def store(dst, value, mask=None, **kw):
 def load_transpose2d(src, dtype=None, mask=None, **kw):
     vals = src.read(mask)
     t = _new_tile(np.asarray(vals).T, dtype or src.dtype)
-    if mask is None and src.ndim == 2:
+    if src.ndim == 2:  # a mask changes no value read (an index array out of bounds there is not lowered)
         _compile.record(lambda tr: tr.copy(tr.opd(t, write=True), tr.opd(src).transpose2d()))
     return t
 
@@ -578,8 +578,7 @@ def matmul(x, y, transpose_x=False, mask=None, **kw):
     out = xv.T @ yv
     t = _new_tile(out, float32, psum)
     t._matmul_result = True
-    if mask is None:
-        _compile.record(_compile.rec_nl_matmul, t, x, y, transpose_x)
+    _compile.record(_compile.rec_nl_matmul, t, x, y, transpose_x)  # the product is whole with a mask too
     return t
 
 

@@ -1253,6 +1253,43 @@ def test_int_select_replays(monkeypatch, dtype, shape):
     assert st_ok(nki.compile_stats())
 
 
+@nki.jit
+def masked_reduce_matmul(x, y):
+    """A mask on nl reductions, nl.matmul and nl.load_transpose2d: the interpreter computes and writes every
+    element of the new tile (it applies no mask there), and the replay does the same."""
+    P, F = x.shape
+    _, N = y.shape
+    o_r = nl.ndarray((P, 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    o_m = nl.ndarray((F, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    o_t = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+    i = nl.mgrid[0:P, 0:F]
+    a = nl.load(x)
+    b = nl.load(y)
+    nl.store(o_r[:, 0:1], nl.max(a, axis=1, keepdims=True, mask=(i.p < P - 1)))
+    nl.store(o_r[:, 1], nl.min(a, axis=1, mask=(i.x >= i.p)))
+    nl.store(o_r[:, 2], nl.sum(a, axis=1, mask=(i.x < 3)))  # small integer values: every order sums exactly
+    nl.store(o_r[:, 3], nl.mean(a, axis=[1], mask=(i.p % 2 == 0)))
+    j = nl.mgrid[0:F, 0:N]
+    nl.store(o_m, nl.matmul(a, b, transpose_x=True, mask=(j.p < F - 2)))
+    nl.store(o_t, nl.load_transpose2d(x, mask=(i.p < P - 1)))
+    return o_r, o_m, o_t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(7, 5, 9), (128, 96, 130)])
+def test_masked_nl_reduce_matmul_transpose_replay(monkeypatch, dtype, shape):
+    dev = _dev()
+    P, F, N = shape
+    g = torch.Generator().manual_seed(75)
+    x = torch.randint(-8, 9, (P, F), generator=g).to(dtype)
+    y = torch.randint(-8, 9, (P, N), generator=g).to(dtype)
+    ref, out = both(masked_reduce_matmul, lambda: (x.to(dev), y.to(dev)), monkeypatch)
+    _same(out, ref)
+    _same(out[1], x.float().T @ y.float())
+    _same(out[2], x.T)
+    assert st_ok(nki.compile_stats())
+
+
 def _plans():
     return [p for p in list(_compile._PLANS.values()) + list(_compile._FAST.values()) if isinstance(p, _compile.Plan)]
 
