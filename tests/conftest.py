@@ -1,4 +1,5 @@
 import atexit
+import contextlib
 import os
 import shutil
 import subprocess
@@ -18,6 +19,17 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 _compile_cache = tempfile.mkdtemp(prefix="torch_neuronx-test-cache-")
 atexit.register(shutil.rmtree, _compile_cache, True)
 os.environ.setdefault("TORCH_NEURONX_CACHE_DIR", _compile_cache)
+
+
+@contextlib.contextmanager
+def native_small_products():
+    """fp32/fp64 products small enough to run CPU's GEMM (for CPU's bits) run the native kernel instead,
+    so that kernel tests reach it on small odd shapes."""
+    old = torch_neuronx._C._cpu_bits_macs(0)
+    try:
+        yield
+    finally:
+        torch_neuronx._C._cpu_bits_macs(old)
 
 
 def run_python(code: str, env: dict = None, timeout: int = 300) -> subprocess.CompletedProcess:

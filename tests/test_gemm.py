@@ -6,11 +6,20 @@ import torch
 import torch.nn.functional as F
 
 import torch_neuronx
+from conftest import native_small_products
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 # Relative to sum_k |a_ik b_kj| (+ |beta self|): covers the output rounding of both sides and fp32
 # summation order.
 TOL = {torch.float32: 2e-6, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10, torch.float64: 1e-13}
+
+
+@pytest.fixture(autouse=True)
+def native_kernel():
+    """Every test here holds the kernel itself to CPU, small products included (test_small_products_carry_cpu_bits
+    checks the default rule)."""
+    with native_small_products():
+        yield
 
 
 def rand(*shape, dtype=torch.float32, seed=0):
@@ -328,10 +337,12 @@ def test_addmm_tall_output_through_a_buffer(dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_tiny_products_carry_cpu_bits(dtype):
-    """Products of at most 16^3 multiply-adds run CPU's own GEMM on the device memory, so they equal CPU
+def test_small_products_carry_cpu_bits(dtype):
+    """Products of at most 64^3 multiply-adds run CPU's own GEMM on the device memory, so they equal CPU
     bit for bit on any CPU (AMD's small products round each term, a Xeon's fuse them)."""
-    for mnk, la, lb in [((5, 5, 5), "c", "c"), ((5, 5, 5), "t", "s"), ((16, 16, 16), "c", "t"), ((3, 7, 11), "s", "c")]:
+    torch_neuronx._C._cpu_bits_macs(262144)  # the default rule, within this test
+    for mnk, la, lb in [((5, 5, 5), "c", "c"), ((5, 5, 5), "t", "s"), ((16, 16, 16), "c", "t"), ((3, 7, 11), "s", "c"),
+                        ((50, 50, 50), "t", "c"), ((64, 64, 64), "c", "s")]:
         m, k, nn = mnk
         a, b = rand(m, k, dtype=dtype, seed=m), rand(k, nn, dtype=dtype, seed=nn + 1)
         assert torch.equal(torch.mm(on_neuron(a, la), on_neuron(b, lb)).cpu(), torch.mm(layout(a, la), layout(b, lb)))

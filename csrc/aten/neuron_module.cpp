@@ -10,6 +10,7 @@
 namespace torch_neuronx {
 std::map<std::string, std::pair<int64_t, int64_t>> op_counts();
 void reset_op_counts();
+int64_t exchange_cpu_bits_macs(int64_t macs);
 void register_process_group(pybind11::module& m);
 void route_composite_ops_to_cpu();
 }  // namespace torch_neuronx
@@ -97,6 +98,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_reset_op_counts", [] { reset_op_counts(); });
   m.def("_log_level", [] { return static_cast<int>(nrn_log_level_get()); });
   // GEMM: the micro-kernel family in use and the machine's measured fp32 FMA peak (benchmarks).
+  // fp32/fp64 products of at most this many multiply-adds run CPU's GEMM; returns the previous limit.
+  m.def("_cpu_bits_macs", [](int64_t macs) { return exchange_cpu_bits_macs(macs); });
   m.def("_gemm_isa", [] { return std::string(nk_gemm_isa_name()); });
   m.def("_fma_peak_gflops", [] {
     pybind11::gil_scoped_release no_gil;

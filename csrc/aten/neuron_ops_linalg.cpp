@@ -32,18 +32,23 @@ void check_devices(const char* op, std::initializer_list<const at::Tensor*> ts) 
   }
 }
 
-// fp32 and fp64 products of at most 16^3 multiply-adds (batch included) run PyTorch's CPU GEMM on the
-// same memory. Their cost is the call itself, and CPU's summation differs between CPUs: on AMD EPYC
-// (Zen 3) its small products round every term before adding (a 5x5 product equals a plain sequential
-// sum bit for bit), on a Xeon it fuses them as the native kernel does. Backward passes of QR-based ops
-// (householder_product, ormqr) amplify that last-bit difference past the gradient tolerance on
-// rank-deficient inputs, so tiny products take CPU's own bits on every CPU; bf16 follows the same
-// rule inside the kernel (gemm.c), which reproduces CPU's plain loops for those sizes.
+// fp32 and fp64 products of at most 64^3 multiply-adds (batch included) run PyTorch's CPU GEMM on the
+// same memory. At that size the call and the packing cost as much as the arithmetic, so MKL is as fast,
+// and CPU's summation differs between CPUs: on AMD EPYC (Zen 3) its products round every term before
+// adding (a 5x5 product equals a plain sequential sum bit for bit), on a Xeon it fuses them as the
+// native kernel does. Backward passes of QR- and SVD-based ops (householder_product, ormqr, pinv)
+// amplify that last-bit difference past the gradient tolerance on rank-deficient inputs (pinv of a
+// rank-1 50x50 matrix), so small products take CPU's own bits on every CPU; bf16 keeps its 16^3 rule
+// inside the kernel (gemm.c), which reproduces CPU's plain loops for those sizes.
+// The limit is a switch (`torch_neuronx._C._cpu_bits_macs`) so that tests can hold the kernel itself to
+// small odd shapes.
+std::atomic<int64_t> g_cpu_bits_macs{262144};
+
 bool cpu_bits_product(const at::Tensor& out, const at::Tensor& a) {
   const at::ScalarType st = out.scalar_type();
   if (st != at::kFloat && st != at::kDouble) return false;
   const double k = a.dim() > 0 ? static_cast<double>(a.size(-1)) : 1.0;
-  return static_cast<double>(out.numel()) * k <= 4096.0;
+  return static_cast<double>(out.numel()) * k <= static_cast<double>(g_cpu_bits_macs.load(std::memory_order_relaxed));
 }
 
 // A neuron copy of a CPU result (the CPU path of a functional op).
@@ -333,6 +338,9 @@ at::Tensor neuron_dot(const at::Tensor& a, const at::Tensor& b) {
 }
 
 }  // namespace
+
+int64_t exchange_cpu_bits_macs(int64_t macs) { return g_cpu_bits_macs.exchange(macs); }
+
 }  // namespace torch_neuronx
 
 using namespace torch_neuronx;

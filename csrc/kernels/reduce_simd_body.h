@@ -331,11 +331,22 @@ NK_AI void nk_sum_cascade_core(const void *const *xs, const int R, int64_t n, co
         tot += a[r][1];
         tot += a[r][2];
         tot += a[r][3];
+#define NK_CASCADE_ELEM(e)                                                                                 \
+    (bf16 == 1 ? nk_bf16_to_f32(((const uint16_t *)xs[r])[e])                                              \
+     : bf16 == 2 ? nk_sq1(((const float *)xs[r])[e])                                                       \
+                 : ((const float *)xs[r])[e])
         float sum = 0;
-        for (int64_t e = nvec * 8; e < n; e++)
-            sum += bf16 == 1 ? nk_bf16_to_f32(((const uint16_t *)xs[r])[e])
-                   : bf16 == 2 ? nk_sq1(((const float *)xs[r])[e])
-                               : ((const float *)xs[r])[e];
+        if (nvec == 0 && n > 4) {
+            /* A row shorter than a vector: PyTorch's row_sum, 4 interleaved partial sums with the elements
+             * past the last group of 4 added to the first (sequential order differs for 5-7 elements). */
+            sum = NK_CASCADE_ELEM(0);
+            for (int64_t e = 4; e < n; e++) sum += NK_CASCADE_ELEM(e);
+            for (int64_t e = 1; e < 4; e++) sum += NK_CASCADE_ELEM(e);
+            out[r] = sum;
+            continue;
+        }
+        for (int64_t e = nvec * 8; e < n; e++) sum += NK_CASCADE_ELEM(e);
+#undef NK_CASCADE_ELEM
         float lanes[8];
         memcpy(lanes, &tot, sizeof lanes);
         for (int l = 0; l < 8; l++) sum += lanes[l];
