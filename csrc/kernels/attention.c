@@ -452,10 +452,11 @@ static const nk_attn_simd *nk_attn_simd_get(void) {
 
 #define NK_ATTN_BQ 64 /* query rows per block */
 #define NK_ATTN_BK 64 /* keys per block (the backward; the forward: nk_sdpa_ctx.bk) */
-/* Keys per block of the AVX2 forward (packed strips): rows of 128 scores halve the per-block work of a
+/* Keys per block of the AVX2 forward (packed strips): longer rows of scores cut the per-block work of a
  * row (its maximum and sum folded across lanes, the rescale of its output, the products' tile loads and
- * stores) for an S block of 32 KiB; 1.05-1.14x at head dims 40-512 on a Zen 3 (thread CPU time, 1 thread). */
-#define NK_ATTN_BK_PK 128
+ * stores). 128 keys against 64: 1.05-1.14x at head dims 40-512 on a Zen 3 (thread CPU time, 1 thread);
+ * 256 against 128 (an S block of 64 KiB, still in L2): 1.03-1.06x at head dims 40-128, even at 512. */
+#define NK_ATTN_BK_PK 256
 /* Keys per block of the AMX forward: the per-block work of a row (its max and sum folded across lanes, the
  * rescale of its output) is paid once per 256 keys instead of per 64. */
 #define NK_ATTN_AMX_BK 256
