@@ -7,9 +7,8 @@ tensor values (the hardware compiler traces them too), so the list is the kernel
 Later calls hand the list and the argument addresses to ``torch_neuronx._C._nki_exec`` (csrc/kernels/
 nki_exec.c), which calls the kernel library (copies, element-wise, reductions, GEMM) step by step.
 
-Anything the lowering does not know - an instruction without a lowering, a value read back into Python, an
-integer op numpy computes in a float dtype with loops the library does not reproduce bit for bit (exp, log,
-power of an integer tile) - marks the key "interpret": those calls keep running the interpreter,
+Anything the lowering does not know - an instruction without a lowering, a value read back into Python, a
+float64 or float16 intermediate of an integer chain - marks the key "interpret": those calls keep running the interpreter,
 which stays the reference. ``nki.compile_stats()`` counts replayed and interpreted calls and says why a
 signature fell back.
 
@@ -39,14 +38,22 @@ _IOP = {"copy": 0, "bypass": 0, "add": 1, "subtract": 2, "multiply": 3, "maximum
         "bitwise_or": 7, "bitwise_xor": 8, "left_shift": 9, "right_shift": 10, "equal": 11, "not_equal": 12,
         "less": 13, "less_equal": 14, "greater": 15, "greater_equal": 16, "logical_and": 17, "logical_or": 18,
         "logical_xor": 19, "negative": 20, "abs": 21, "invert": 22, "logical_not": 23, "divide": 24, "sqrt": 25,
-        "rsqrt": 26, "reciprocal": 27}
+        "rsqrt": 26, "reciprocal": 27, "exp": 32, "log": 33, "tanh": 34, "sin": 35, "cos": 36, "tan": 37,
+        "arctan": 38, "ceil": 39, "floor": 40, "trunc": 41, "sign": 42, "square": 43, "relu": 44, "power": 45,
+        "mod": 46, "fmod": 47}
 _I_ARITH = ("add", "subtract", "multiply", "maximum", "minimum")  # nl's _int_or_f32: ints as ints, else fp32
 _I_BITS = ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift")
 _I_CMP = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and", "logical_or",
           "logical_xor", "logical_not")
-# computed in numpy's float result dtype (fp16/fp32/fp64), each operation correctly rounded there: bitwise what
-# numpy gives (exp, log, power... are not: their float64/float16 loops are numpy's own, not the library's)
-_I_FLOAT = ("divide", "sqrt", "rsqrt", "reciprocal")
+# computed in numpy's float result dtype (fp16/fp32/fp64): divide, sqrt, rsqrt, reciprocal correctly rounded
+# there (bitwise numpy's); the math functions are <math.h>'s (double for float64, float for fp32 and for fp16,
+# whose numpy loops compute in float), within a few ulps of numpy's own loops, which may be SIMD ones; mod,
+# fmod, ceil, floor, trunc, sign, square, relu are exact there, bitwise
+_I_MATH = ("exp", "log", "tanh", "sin", "cos", "tan", "arctan", "ceil", "floor", "trunc", "sign", "square", "relu",
+           "power", "mod", "fmod")
+_I_FLOAT = ("divide", "sqrt", "rsqrt", "reciprocal") + _I_MATH
+# numpy keeps the integer dtype for these (np.power and np.mod of two integer tiles, np.square wraps)
+_I_INTMATH = ("power", "mod", "fmod", "ceil", "floor", "trunc", "sign", "square")
 _F_DOM = {"float16": 6, "float32": _F32, "float64": 9}
 _I_SCALAR, _I_REVERSE = 1 << 8, 1 << 9
 _INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
@@ -462,6 +469,8 @@ class Trace:
         integer dst): srcs are Opds (tiles, of the result's shape) or the raw scalars the interpreter hands op.fn.
         dst None: a new temporary of numpy's result dtype (a chain's intermediate). Returns the destination."""
         name = getattr(op, "name", None)
+        if name in _UNARY and name not in _IOP and len(srcs) == 1 and getattr(op, "arity", None) == 1:
+            return self.int_f32_unary(op, name, dst, srcs[0])
         if name not in _IOP or getattr(op, "fn", None) is None:
             raise Unsupported(f"operator {op!r} on integer tiles")
         tiles = [x for x in srcs if isinstance(x, Opd)]
@@ -485,6 +494,8 @@ class Trace:
         except (TypeError, ValueError, OverflowError) as e:
             raise Unsupported(f"integer {name}: {e}")
         if T.kind in "iu" and T.name in _INT_NAMES and not (floats and name in _I_BITS + ("invert",)):
+            if name in _I_MATH and name not in _I_INTMATH:
+                raise Unsupported(f"integer {name} computed in {T}")
             dom = _NK[T.name]
         elif T.kind == "b" and name in _I_CMP:
             dom = _NK["uint8"]
@@ -524,6 +535,28 @@ class Trace:
                for o in tiles):
             target = self.temp(dst.shape, dst.name)  # read every source before the destination is written
         self.emit(INT, [target] + tiles, op=_IOP[name], value=value, flags=flags)
+        if target is not dst:
+            self.copy(dst, target)
+        return dst
+
+    def int_f32_unary(self, op, name, dst, x):
+        """An fp32 activation (sigmoid, gelu, silu...) of an integer tile: the interpreter converts the tile to
+        fp32 and runs its fp32 function, so the replay converts and runs the float step (within its few ulps)."""
+        if not isinstance(x, Opd) or x.name not in _INT_NAMES + ("bool_",) or getattr(op, "fn", None) is None:
+            raise Unsupported(f"operator {op!r} of these operands")
+        try:
+            with np.errstate(all="ignore"):
+                T = np.asarray(op.fn(np.zeros(1, _core.to_dtype(x.name).storage))).dtype
+        except (TypeError, ValueError, OverflowError) as e:
+            raise Unsupported(f"integer {name}: {e}")
+        if T != np.float32:
+            raise Unsupported(f"integer {name} computed in {T}")
+        t = self.temp(x.shape)
+        self.copy(t, x)
+        if dst is None:
+            dst = self.temp(x.shape)
+        target = dst if dst.name == "float32" else self.temp(x.shape)
+        self.emit(UNARY, [target, t], op=_UNARY[name])
         if target is not dst:
             self.copy(dst, target)
         return dst
@@ -580,9 +613,19 @@ class Trace:
         except (TypeError, ValueError) as e:
             raise Unsupported(f"integer {opname} reduction: {e}")
         cnt = int(np.prod([src.shape[a] for a in axes], dtype=np.int64))
+        pairwise = 0
         if name == "mean":
-            if T != np.float64 or src.name in ("int64",) or cnt > 1 << 21:
-                raise Unsupported(f"a mean of {src.name} over {cnt} elements (its float64 sum may round)")
+            if T != np.float64:
+                raise Unsupported(f"a mean of {src.name} in {T}")
+            if src.name == "int64" or cnt > 1 << 21:
+                # the float64 sum may round: numpy's order, which the replay follows for a contiguous block of
+                # trailing dims (numpy reduces it as one inner loop)
+                nd = len(src.shape)
+                trailing = axes == list(range(nd - len(axes), nd))
+                contig = all(src.strides[a] == int(np.prod(src.shape[a + 1:], dtype=np.int64)) for a in axes)
+                if not (trailing and contig):
+                    raise Unsupported(f"a mean of {src.name} over dims {axes} that are not contiguous trailing dims")
+                pairwise = 1 << 11
             dom = 9
         elif T.name == "uint64" and name == "sum":
             dom = _NK["int64"]  # sums of unsigned values below 2^63: the same bits, the same conversions
@@ -594,7 +637,7 @@ class Trace:
         else:
             raise Unsupported(f"integer {opname} reduction into {T}")
         op = {"sum": 28, "max": 29, "min": 30, "mean": 31}[name]
-        flags = dom | (1 << 10 if negate else 0) | (sum(1 << a for a in axes) << 16)
+        flags = dom | (1 << 10 if negate else 0) | pairwise | (sum(1 << a for a in axes) << 16)
         if _overlap(src, dst, self.regions) and src.region != 0:
             t = self.temp(dst.shape, dst.name)
             self.emit(INT, [t, src], op=op, flags=flags)
@@ -1449,9 +1492,11 @@ def rec_chain(tr, dst, data, steps, mask=None, ints=None):
     """dst = step_n(...step_1(data)): each step (op, operand, reverse) with operand None, a scalar, an Opd or a
     (P, 1) tile broadcast along the free dims; intermediates stay fp32 as in the interpreter's numpy chain.
     ints ("tt", "ts", "stt": which nisa instruction) allows integer tiles, with the instruction's numpy rules."""
-    x = tr.opd(data)
+    x = data if isinstance(data, Opd) else tr.opd(data)
     if ints is not None and (_int_tile(x) or _int_tile(dst) or any(_int_tile(o) for _, o, _ in steps)):
         return _int_chain(tr, dst, x, steps, mask, ints)
+    if ints is None and (_int_tile(x) or _int_tile(dst)):
+        return _f32_chain(tr, dst, x, steps, mask)
     _float_srcs([x])
     shape = x.shape
     steps = [s for s in steps if s[0] is not None]
@@ -1475,6 +1520,28 @@ def rec_chain(tr, dst, data, steps, mask=None, ints=None):
             _float_srcs([o])
             tr.apply(op, target, [o, x] if rev else [x, o])
         x = target
+
+
+def _f32_chain(tr, dst, x, steps, mask):
+    """activation / reciprocal of an integer tile or into one: the interpreter reads the data as fp32, runs the
+    fp32 chain and encodes the result into dst (rounded and saturated into an integer), so the replay converts,
+    runs the float chain into an fp32 temporary and copies it with that encoding."""
+    d, fin = out_target(tr, dst, x.shape, mask)
+    if d is None:
+        tr.recorded = True
+        return
+    if x.name not in _FLOAT_NAMES:
+        if x.name not in _INT_NAMES + ("bool_",):
+            raise Unsupported(f"compute on {x.name}")
+        t = tr.temp(x.shape)
+        tr.copy(t, x)
+        x = t
+    target = d if d.name in _FLOAT_NAMES else tr.temp(x.shape)
+    rec_chain(tr, target, x, steps)
+    if target is not d:
+        tr.copy(d, target)
+    if fin is not None:
+        fin()
 
 
 def _tile_operand(tr, operand, shape):

@@ -124,6 +124,9 @@ PYBIND11_MODULE(_C, m) {
       s = nkx_run(reinterpret_cast<const nkx_instr*>(ins), n, reinterpret_cast<void* const*>(bases), nbases,
                   &failed);
     }
+    if (s == NK_NEG_INT_POWER)  // numpy's error for the same values, which the interpreter would raise
+      throw pybind11::value_error("Integers to negative integer powers are not allowed. (nki compiled kernel, "
+                                  "instruction " + std::to_string(failed) + ")");
     TORCH_CHECK(s == NK_SUCCESS, "nki compiled kernel: instruction ", failed, " failed with status ",
                 static_cast<int>(s));
   });

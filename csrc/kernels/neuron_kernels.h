@@ -21,6 +21,7 @@ typedef enum nk_status {
     NK_INVALID = 2,      /* bad descriptor: too many dims, negative size, shape mismatch */
     NK_UNSUPPORTED = 15, /* dtype (or dtype pair) not implemented: the caller falls back or raises */
     NK_NO_MEMORY = 17,   /* host scratch memory could not be allocated */
+    NK_NEG_INT_POWER = 33, /* an integer to a negative integer power (numpy raises ValueError): the caller raises */
 } nk_status;
 
 typedef enum nk_dtype {
@@ -490,12 +491,22 @@ typedef enum nkx_kind {
  * T: for a division or square root that is T's correctly rounded result), and a double result stored to fp16
  * is rounded once (numpy's float64 -> float16 cast), to bf16 through fp32 (the interpreter's encoding).
  * NKX_I_CAST with T = NK_F64 or NK_F16 converts o1 to T, then stores it with o0's encoding.
+ * NKX_I_EXP .. NKX_I_RELU (unary) and NKX_I_POW with a float T are <math.h>'s double functions rounded to T;
+ * for T = NK_F16 the value goes through fp32 first, as numpy's float16 loops compute in float. Transcendentals
+ * are within a few ulps of numpy's own loops, the rest (ceil, floor, trunc, sign, square, relu) bitwise.
+ * NKX_I_MOD / NKX_I_FMOD with a float T are numpy's remainder (the sign of the divisor) and fmod (the sign of
+ * the dividend) computed in T (fp16 through fp32), bitwise; a zero divisor gives NaN. With an integer T:
+ * NKX_I_POW is numpy's wrapping integer power, and a negative exponent anywhere in the operand fails the step
+ * with NK_NEG_INT_POWER before anything is written; NKX_I_MOD / NKX_I_FMOD give 0 for a zero divisor;
+ * NKX_I_CEIL / FLOOR / TRUNC keep the value, NKX_I_SIGN is -1/0/1, NKX_I_SQUARE wraps (numpy keeps the dtype).
  */
 typedef enum nkx_iop {
     NKX_I_CAST = 0, NKX_I_ADD, NKX_I_SUB, NKX_I_MUL, NKX_I_MAX, NKX_I_MIN, NKX_I_AND, NKX_I_OR, NKX_I_XOR,
     NKX_I_SHL, NKX_I_SHR, NKX_I_EQ, NKX_I_NE, NKX_I_LT, NKX_I_LE, NKX_I_GT, NKX_I_GE, NKX_I_LAND, NKX_I_LOR,
     NKX_I_LXOR, NKX_I_NEG, NKX_I_ABS, NKX_I_INVERT, NKX_I_LNOT, NKX_I_DIV, NKX_I_SQRT, NKX_I_RSQRT, NKX_I_RECIP,
-    NKX_I_RSUM, NKX_I_RMAX, NKX_I_RMIN, NKX_I_RMEAN, NKX_I_COUNT
+    NKX_I_RSUM, NKX_I_RMAX, NKX_I_RMIN, NKX_I_RMEAN, NKX_I_EXP, NKX_I_LOG, NKX_I_TANH, NKX_I_SIN, NKX_I_COS,
+    NKX_I_TAN, NKX_I_ATAN, NKX_I_CEIL, NKX_I_FLOOR, NKX_I_TRUNC, NKX_I_SIGN, NKX_I_SQUARE, NKX_I_RELU, NKX_I_POW,
+    NKX_I_MOD, NKX_I_FMOD, NKX_I_COUNT
 } nkx_iop;
 #define NKX_I_SCALAR (1 << 8)
 #define NKX_I_REVERSE (1 << 9)
@@ -507,6 +518,10 @@ typedef enum nkx_iop {
  * the sum is exact in double). NKX_I_NEGATE negates the result in T (wrapping). Stored with o0's encoding.
  */
 #define NKX_I_NEGATE (1 << 10)
+/* NKX_I_RMEAN of values a double may not sum exactly (int64): each value converted to double and summed in
+ * numpy's order for a reduction over trailing dims (pairwise within each 8192-value buffer, the buffers in
+ * turn), so the same bits as np.mean; the tracer sends it only for trailing reduced dims. */
+#define NKX_I_PAIRWISE (1 << 11)
 #define NKX_I_AXES_SHIFT 16
 
 /*

@@ -525,6 +525,25 @@ static inline int64_t nkx_iop2(int32_t op, int64_t a, int64_t b, nk_dtype t) {
     case NKX_I_ABS: return nkx_wrap(a < 0 ? (int64_t)(0u - ua) : a, t);
     case NKX_I_INVERT: return nkx_wrap(~a, t);
     case NKX_I_LNOT: return a == 0;
+    case NKX_I_POW: {  /* b >= 0 (checked before the step writes); a power of a in T's ring: any order wraps alike */
+        uint64_t r = 1, x = ua;
+        for (uint64_t e = ub; e; e >>= 1) {
+            if (e & 1u) r *= x;
+            x *= x;
+        }
+        return nkx_wrap((int64_t)r, t);
+    }
+    /* numpy: 0 for a zero divisor (a RuntimeWarning there) and for x % -1 (INT_MIN % -1 overflows in C) */
+    case NKX_I_MOD:
+        if (b == 0 || b == -1) return 0;
+        {
+            const int64_t r = a % b;
+            return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+        }
+    case NKX_I_FMOD: return (b == 0 || b == -1) ? 0 : a % b;
+    case NKX_I_CEIL: case NKX_I_FLOOR: case NKX_I_TRUNC: return a;
+    case NKX_I_SIGN: return (a > 0) - (a < 0);
+    case NKX_I_SQUARE: return nkx_wrap((int64_t)(ua * ua), t);
     default: return 0;
     }
 }
@@ -563,8 +582,79 @@ static inline double nkx_round_t(double v, int32_t t) {
     return (double)nk_f16_to_f32(nkx_d2h(v));
 }
 
+/* numpy's remainder (npy_divmod's modulus): fmod, moved to the divisor's sign; NaN for a zero divisor. */
+static inline double nkx_dmod(double a, double b) {
+    double m = fmod(a, b);
+    if (b == 0.0) return m;
+    if (m != 0.0) {
+        if ((b < 0.0) != (m < 0.0)) m += b;
+    } else {
+        m = copysign(0.0, b);
+    }
+    return m;
+}
+
+static inline float nkx_smod(float a, float b) {
+    float m = fmodf(a, b);
+    if (b == 0.0f) return m;
+    if (m != 0.0f) {
+        if ((b < 0.0f) != (m < 0.0f)) m += b;
+    } else {
+        m = copysignf(0.0f, b);
+    }
+    return m;
+}
+
+/* The math ops in float (T = fp32, or fp16, whose numpy loops compute in float and round the result once). */
+static inline float nkx_smath(int32_t op, float a, float b) {
+    switch (op) {
+    case NKX_I_EXP: return expf(a);
+    case NKX_I_LOG: return logf(a);
+    case NKX_I_TANH: return tanhf(a);
+    case NKX_I_SIN: return sinf(a);
+    case NKX_I_COS: return cosf(a);
+    case NKX_I_TAN: return tanf(a);
+    case NKX_I_ATAN: return atanf(a);
+    case NKX_I_CEIL: return ceilf(a);
+    case NKX_I_FLOOR: return floorf(a);
+    case NKX_I_TRUNC: return truncf(a);
+    case NKX_I_SIGN: return a > 0.0f ? 1.0f : a < 0.0f ? -1.0f : a;
+    case NKX_I_SQUARE: return a * a;
+    case NKX_I_RELU: return (a >= 0.0f || a != a) ? a : 0.0f;
+    case NKX_I_POW: return powf(a, b);
+    case NKX_I_MOD: return nkx_smod(a, b);
+    case NKX_I_FMOD: return fmodf(a, b);
+    default: return NAN;
+    }
+}
+
+static inline double nkx_dmath(int32_t op, double a, double b) {
+    switch (op) {
+    case NKX_I_EXP: return exp(a);
+    case NKX_I_LOG: return log(a);
+    case NKX_I_TANH: return tanh(a);
+    case NKX_I_SIN: return sin(a);
+    case NKX_I_COS: return cos(a);
+    case NKX_I_TAN: return tan(a);
+    case NKX_I_ATAN: return atan(a);
+    case NKX_I_CEIL: return ceil(a);
+    case NKX_I_FLOOR: return floor(a);
+    case NKX_I_TRUNC: return trunc(a);
+    case NKX_I_SIGN: return a > 0.0 ? 1.0 : a < 0.0 ? -1.0 : a;
+    case NKX_I_SQUARE: return a * a;
+    case NKX_I_RELU: return (a >= 0.0 || a != a) ? a : 0.0;
+    case NKX_I_POW: return pow(a, b);
+    case NKX_I_MOD: return nkx_dmod(a, b);
+    case NKX_I_FMOD: return fmod(a, b);
+    default: return NAN;
+    }
+}
+
+static bool nkx_iop_math(int32_t op) { return op >= NKX_I_EXP && op <= NKX_I_FMOD; }
+
 /* The float ops in T: each operation computed in double and rounded once to T (for T = fp16 or fp32 that is
- * the correctly rounded division / square root, as numpy's float16 and float32 loops give). */
+ * the correctly rounded division / square root, as numpy's float16 and float32 loops give). The math ops call
+ * <math.h>: the double functions for T = fp64, the float ones for fp32 and fp16. */
 static inline double nkx_flop(int32_t op, double a, double b, int32_t t) {
     switch (op) {
     case NKX_I_DIV: return nkx_round_t(a / b, t);
@@ -572,16 +662,45 @@ static inline double nkx_flop(int32_t op, double a, double b, int32_t t) {
     case NKX_I_RSQRT: return nkx_round_t(1.0 / nkx_round_t(sqrt(a), t), t);
     case NKX_I_RECIP: return nkx_round_t(1.0 / a, t);
     case NKX_I_CAST: return a;
-    default: return NAN;
+    default:
+        if (!nkx_iop_math(op)) return NAN;
+        /* a and b are already T's values: exact in float for T = fp16 / fp32 */
+        if (t == NK_F64) return nkx_dmath(op, a, b);
+        return nkx_round_t((double)nkx_smath(op, (float)a, (float)b), t);
     }
 }
 
-static bool nkx_iop_float(int32_t op) { return op >= NKX_I_DIV && op <= NKX_I_RECIP; }
+static bool nkx_iop_float(int32_t op) { return (op >= NKX_I_DIV && op <= NKX_I_RECIP) || nkx_iop_math(op); }
 
 static bool nkx_iop_unary(int32_t op) {
     return op == NKX_I_CAST || op == NKX_I_NEG || op == NKX_I_ABS || op == NKX_I_INVERT || op == NKX_I_LNOT ||
-           op == NKX_I_SQRT || op == NKX_I_RSQRT || op == NKX_I_RECIP;
+           op == NKX_I_SQRT || op == NKX_I_RSQRT || op == NKX_I_RECIP || (op >= NKX_I_EXP && op <= NKX_I_RELU);
 }
+
+/* numpy's pairwise sum of float64 values (a reduction's inner loop): 8 accumulators up to 128 values, halves
+ * (cut at a multiple of 8) above, a plain loop below 8. */
+static double nkx_pairwise(const double *a, int64_t n) {
+    if (n < 8) {
+        double r = 0.0;
+        for (int64_t i = 0; i < n; i++) r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        int64_t i = 8;
+        for (; i < n - (n % 8); i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) res += a[i];
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return nkx_pairwise(a, n2) + nkx_pairwise(a + n2, n - n2);
+}
+
+#define NKX_NP_BUFSIZE 8192 /* numpy's casting buffer: a reduction converted to float64 sums this many at a time */
 
 /* NKX_I_RSUM / RMAX / RMIN / RMEAN (neuron_kernels.h): element by element over each output's reduced block. */
 static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t nbases) {
@@ -612,6 +731,12 @@ static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t
         if (osz[d] == 0) return NK_SUCCESS;
     if (cnt == 0 && op != NKX_I_RSUM) return NK_INVALID;  /* numpy has no max of nothing; a mean would be 0/0 */
     const int64_t e0 = (int64_t)nk_dtype_size(t[0].dtype), e1 = (int64_t)nk_dtype_size(t[1].dtype);
+    const bool pw = op == NKX_I_RMEAN && (in->flags & NKX_I_PAIRWISE);
+    double *buf = NULL;
+    if (pw) {
+        buf = (double *)malloc(sizeof(double) * NKX_NP_BUFSIZE);
+        if (buf == NULL) return NK_NO_MEMORY;
+    }
     int64_t oi[NKX_MAX_DIMS] = {0};
     for (;;) {
         const char *base = (const char *)t[1].data;
@@ -621,13 +746,20 @@ static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t
             q += oi[d] * t[0].strides[d] * e0;
         }
         uint64_t sum = 0;
-        int64_t best = 0;
+        int64_t best = 0, nb = 0;
+        double dsum = 0.0;
         int64_t ri[NKX_MAX_DIMS] = {0};
         for (int64_t k = 0; k < cnt; k++) {
             const char *p = base;
             for (int32_t d = 0; d < nd; d++) p += ri[d] * t[1].strides[d] * e1;
             const int64_t v = nk_load_i64(p, t[1].dtype);
-            if (op == NKX_I_RSUM || op == NKX_I_RMEAN)
+            if (pw) {
+                buf[nb++] = (double)v;
+                if (nb == NKX_NP_BUFSIZE || k == cnt - 1) {
+                    dsum += nkx_pairwise(buf, nb);
+                    nb = 0;
+                }
+            } else if (op == NKX_I_RSUM || op == NKX_I_RMEAN)
                 sum += (uint64_t)v;
             else if (k == 0 || (op == NKX_I_RMAX ? v > best : v < best))
                 best = v;
@@ -637,7 +769,7 @@ static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t
             }
         }
         if (op == NKX_I_RMEAN) {
-            const double m = (double)(int64_t)sum / (double)cnt;
+            const double m = (pw ? dsum : (double)(int64_t)sum) / (double)cnt;
             nkx_dput(q, t[0].dtype, neg ? -m : m);
         } else {
             int64_t r = op == NKX_I_RSUM ? nkx_wrap((int64_t)sum, (nk_dtype)dom) : best;
@@ -649,7 +781,32 @@ static nk_status nkx_int_reduce(const nkx_instr *in, void *const *bases, int64_t
             if (++oi[d] < osz[d]) break;
             oi[d] = 0;
         }
-        if (d < 0) return NK_SUCCESS;
+        if (d < 0) {
+            free(buf);
+            return NK_SUCCESS;
+        }
+    }
+}
+
+/* numpy raises before an integer power with a negative exponent stores anything: so does the step. */
+static bool nkx_pow_exponents_ok(const nkx_it *it, const nkx_instr *in, const nk_tensor *t, char *const *p0,
+                                 bool rev) {
+    const int k = rev ? 1 : 2;  /* the exponent: o2 or the value, or o1 when the operands swap */
+    if (k >= in->nops) return !(in->value < 0.0);
+    if (t[k].dtype != NK_I8 && t[k].dtype != NK_I16 && t[k].dtype != NK_I32 && t[k].dtype != NK_I64) return true;
+    const char *p = p0[k];
+    int64_t idx[NKX_MAX_DIMS] = {0};
+    for (;;) {
+        for (int64_t j = 0; j < it->sizes[0]; j++)
+            if (nk_load_i64(p + j * it->strides[k][0], t[k].dtype) < 0) return false;
+        int32_t d = 1;
+        for (; d < it->ndim; d++) {
+            p += it->strides[k][d];
+            if (++idx[d] < it->sizes[d]) break;
+            p -= it->strides[k][d] * it->sizes[d];
+            idx[d] = 0;
+        }
+        if (d >= it->ndim) return true;
     }
 }
 
@@ -662,11 +819,15 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
         return NK_INVALID;
     const bool cmp = (op >= NKX_I_EQ && op <= NKX_I_LXOR) || op == NKX_I_LNOT;
     /* a cast through float64 (or fp16): numpy's where / select result dtype, then o0's encoding */
-    const bool flt = nkx_iop_float(op) || (op == NKX_I_CAST && (dom == NK_F64 || dom == NK_F16));
+    /* numpy keeps an integer dtype for these (np.square wraps, np.ceil of an integer is itself) */
+    const bool ibin = (op == NKX_I_POW || op == NKX_I_MOD || op == NKX_I_FMOD || op == NKX_I_CEIL ||
+                       op == NKX_I_FLOOR || op == NKX_I_TRUNC || op == NKX_I_SIGN || op == NKX_I_SQUARE) &&
+                      nkx_int_dtype(dom);
+    const bool flt = !ibin && (nkx_iop_float(op) || (op == NKX_I_CAST && (dom == NK_F64 || dom == NK_F16)));
     if (flt) {
         if (dom != NK_F16 && dom != NK_F32 && dom != NK_F64) return NK_INVALID;
     } else if (nkx_int_dtype(dom)) {
-        /* integer compute */
+        if (nkx_iop_math(op) && !ibin) return NK_INVALID;
     } else if (dom == NK_F32) {
         if (cmp || op == NKX_I_INVERT || (op >= NKX_I_AND && op <= NKX_I_SHR)) return NK_INVALID;
     } else if (dom == NK_F64) {
@@ -700,6 +861,7 @@ static nk_status nkx_int(const nkx_instr *in, void *const *bases, int64_t nbases
     int64_t idx[NKX_MAX_DIMS] = {0};
     for (int k = 0; k < in->nops; k++) p[k] = (char *)t[k].data;
     const int64_t s0 = it.strides[0][0], s1 = it.strides[1][0], s2 = in->nops > 2 ? it.strides[2][0] : 0;
+    if (ibin && op == NKX_I_POW && !nkx_pow_exponents_ok(&it, in, t, p, rev)) return NK_NEG_INT_POWER;
     for (;;) {
         for (int64_t j = 0; j < it.sizes[0]; j += NKX_IRUN) {
             const int64_t n = it.sizes[0] - j < NKX_IRUN ? it.sizes[0] - j : NKX_IRUN;

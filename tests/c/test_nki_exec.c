@@ -542,6 +542,52 @@ static void test_int_float_ops(void) {
     CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_INVALID);
 }
 
+/* The math ops on integer tiles: integer power / mod / fmod with numpy's rules, <math.h> functions in the
+ * float domains, and the pairwise float64 mean of int64 values. */
+static void test_int_math_ops(void) {
+    /* int8 power wraps; 0^0 = 1; a negative exponent fails the step before anything is written */
+    int8_t a8[5] = {3, -2, 0, 2, -1}, e8[5] = {5, 7, 0, 8, 3}, o8[5];
+    CHECK(int_step(NKX_I_POW, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, e8, 5) == NK_SUCCESS);
+    CHECK(o8[0] == -13 && o8[1] == -128 && o8[2] == 1 && o8[3] == 0 && o8[4] == -1);
+    int8_t neg[5] = {1, 1, 1, 1, -1}, keep[5] = {9, 9, 9, 9, 9};
+    memcpy(o8, keep, 5);
+    CHECK(int_step(NKX_I_POW, NK_I8, 0, NK_I8, o8, NK_I8, a8, NK_I8, neg, 5) == NK_NEG_INT_POWER);
+    CHECK(memcmp(o8, keep, 5) == 0);
+    /* mod follows the divisor's sign, fmod the dividend's; 0 for a zero divisor and for INT64_MIN % -1 */
+    int64_t x[6] = {7, -7, 7, -7, 5, INT64_MIN}, y[6] = {3, 3, -3, -3, 0, -1}, o[6];
+    CHECK(int_step(NKX_I_MOD, NK_I64, 0, NK_I64, o, NK_I64, x, NK_I64, y, 6) == NK_SUCCESS);
+    CHECK(o[0] == 1 && o[1] == 2 && o[2] == -2 && o[3] == -1 && o[4] == 0 && o[5] == 0);
+    CHECK(int_step(NKX_I_FMOD, NK_I64, 0, NK_I64, o, NK_I64, x, NK_I64, y, 6) == NK_SUCCESS);
+    CHECK(o[0] == 1 && o[1] == -1 && o[2] == 1 && o[3] == -1 && o[4] == 0 && o[5] == 0);
+    /* float64 remainder of int32 by a scalar: the divisor's sign, NaN for 0 (stored to int32 as 0) */
+    int32_t a32[4] = {7, -7, 0, 5};
+    float of[4];
+    CHECK(int_step(NKX_I_MOD, NK_F64 | NKX_I_SCALAR, -2.5, NK_F32, of, NK_I32, a32, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(of[0] == -0.5f && of[1] == -2.0f && of[2] == 0.0f && signbit(of[2]) && of[3] == 0.0f);
+    CHECK(int_step(NKX_I_FMOD, NK_F64 | NKX_I_SCALAR, 0.0, NK_F32, of, NK_I32, a32, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(isnan(of[0]) && isnan(of[3]));
+    /* exp in float64 rounded once to fp32; in fp16 (int8) through float; log of 0 is -inf, of -7 NaN */
+    CHECK(int_step(NKX_I_EXP, NK_F64, 0, NK_F32, of, NK_I32, a32, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(of[0] == (float)exp(7.0) && of[1] == (float)exp(-7.0) && of[2] == 1.0f);
+    CHECK(int_step(NKX_I_LOG, NK_F64, 0, NK_F32, of, NK_I32, a32, 0, NULL, 4) == NK_SUCCESS);
+    CHECK(of[0] == (float)log(7.0) && isnan(of[1]) && isinf(of[2]) && of[2] < 0);
+    int8_t b8[2] = {10, -3};
+    CHECK(int_step(NKX_I_EXP, NK_F16, 0, NK_F32, of, NK_I8, b8, 0, NULL, 2) == NK_SUCCESS);
+    CHECK(of[0] == 22032.0f && of[1] == 0.04977417f);
+    CHECK(int_step(NKX_I_EXP, NK_I32, 0, NK_I32, a32, NK_I32, a32, 0, NULL, 4) == NK_INVALID);
+    /* int64 mean of {2^54, 1 x 8}: numpy's pairwise float64 sum is 2^54 + 4 (a sequential one 2^54), so the
+     * mean is 2001599834386887.5, 2001599834386888 in an int64 tile (2001599834386887 from the sequential sum) */
+    int64_t v[9] = {(int64_t)1 << 54, 1, 1, 1, 1, 1, 1, 1, 1}, mean[1];
+    int64_t sz[2] = {1, 9}, st[2] = {9, 1}, osz[2] = {1, 1}, ost[2] = {1, 1};
+    void *bases[R_COUNT] = {NULL, g_consts, v, v, mean};
+    nkx_operand none;
+    memset(&none, 0, sizeof none);
+    nkx_instr p = ins(NKX_INT, NKX_I_RMEAN, 0, NK_F64 | NKX_I_PAIRWISE | (2 << NKX_I_AXES_SHIFT), 2,
+                      opd(R_OUT, NK_I64, 0, 2, osz, ost), opd(R_X, NK_I64, 0, 2, sz, st), none);
+    CHECK(nkx_run(&p, 1, bases, R_COUNT, NULL) == NK_SUCCESS);
+    CHECK(mean[0] == 2001599834386888);
+}
+
 /* NKX_JOIN_NEXT (nki_exec.c): back-to-back independent groups run in one parallel region; same bytes as apart. */
 #define NKX_JOIN_NEXT_TEST ((int32_t)1 << 29)
 static void test_joined_groups(int64_t rows, int64_t f, int ngroups) {
@@ -584,6 +630,7 @@ int main(void) {
     test_bad_plans();
     test_int_ops();
     test_int_float_ops();
+    test_int_math_ops();
     test_joined_groups(128, 1024, 4);
     test_joined_groups(77, 1000, 3);
     test_joined_groups(3, 5, 2);
