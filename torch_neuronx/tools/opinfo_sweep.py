@@ -1101,6 +1101,25 @@ def kernel_column(s):
     return "fallback (" + ", ".join(names) + (", ..." if len(s["fallback"]) > 2 else "") + ")"
 
 
+def per_form_lines(records):
+    """The status counts per variant and form (`fn`, `out`, `inplace`, each `@form` other than as built)."""
+    by = collections.OrderedDict()
+    for r in records:
+        by.setdefault(r["variant"], collections.Counter())[r["status"]] += 1
+    if not by:
+        return []
+    lines = ["## Per form", "",
+             "Variant `fn` is the functional call (with its gradients), `out` the `out=` variant, `inplace` the "
+             "in-place one; `@form` names a form other than as built.", "",
+             "| variant | " + " | ".join(STATUSES) + " |", "| --- |" + " --- |" * len(STATUSES)]
+    def order(v):
+        kind, _, form = v.partition("@")
+        return (FORMS.index(form) if form in FORMS else 0, kind)
+    for v in sorted(by, key=order):
+        lines.append(f"| {v} | " + " | ".join(str(by[v][s]) for s in STATUSES) + " |")
+    return lines + [""]
+
+
 def write_markdown(path, records, title_note="", notes=()):
     ops = summarize(records)
     tot = totals(records)
@@ -1132,6 +1151,7 @@ def write_markdown(path, records, title_note="", notes=()):
         lines.append("")
     for note in notes:
         lines += [note, ""]
+    lines += per_form_lines(records)
     lines += ["## Per op", "",
               "| op | dtypes | pass | mismatch | error | crash | skipped | kernels | first failure |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
