@@ -97,9 +97,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_op_counts", [] { return op_counts(); });
   m.def("_reset_op_counts", [] { reset_op_counts(); });
   m.def("_log_level", [] { return static_cast<int>(nrn_log_level_get()); });
-  // GEMM: the micro-kernel family in use and the machine's measured fp32 FMA peak (benchmarks).
   // fp32/fp64 products of at most this many multiply-adds run CPU's GEMM; returns the previous limit.
   m.def("_cpu_bits_macs", [](int64_t macs) { return exchange_cpu_bits_macs(macs); });
+  // GEMM: the micro-kernel family in use and the machine's measured fp32 FMA peak (benchmarks).
   m.def("_gemm_isa", [] { return std::string(nk_gemm_isa_name()); });
   m.def("_fma_peak_gflops", [] {
     pybind11::gil_scoped_release no_gil;
