@@ -7,7 +7,7 @@ CMAKE  := $(VENV)/bin/cmake
 JOBS   ?= 2
 VENV_ABS := $(abspath $(VENV))
 
-.PHONY: demo test build ctest pytest clean bench bench-quick
+.PHONY: demo test test-slow build ctest pytest clean bench bench-quick
 
 $(STAMP): requirements.txt pyproject.toml setup.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -33,6 +33,10 @@ ctest: $(STAMP)
 
 pytest: build
 	$(PY) -m pytest -q tests
+
+# The default suite plus the @pytest.mark.slow variants (more ranks, other dtypes and backends, packaging).
+test-slow: build
+	RUN_SLOW=1 $(PY) -m pytest -q tests
 
 test: ctest pytest
 

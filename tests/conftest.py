@@ -43,3 +43,14 @@ def run_python(code: str, env: dict = None, timeout: int = 300) -> subprocess.Co
 @pytest.fixture
 def python():
     return run_python
+
+
+def pytest_collection_modifyitems(config, items):
+    """`@pytest.mark.slow` cases run only with RUN_SLOW=1 (`make test-slow`): each is a variant (more ranks,
+    another dtype, a second backend) of a case the default suite keeps, so `make test` stays within its budget."""
+    if os.environ.get("RUN_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="long mode: RUN_SLOW=1 (make test-slow)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

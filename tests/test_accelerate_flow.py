@@ -33,7 +33,7 @@ def launch(tmp, nproc, mode, ckpt):
         return json.load(f)
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+@pytest.mark.parametrize("nproc", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_save_state_load_state_resumes_identically(nproc, tmp_path):
     ckpt = tmp_path / "ckpt"
     full = launch(tmp_path, nproc, "full", ckpt)

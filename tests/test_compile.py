@@ -17,6 +17,8 @@ from torch_neuronx.testing.tiny_models import make_tiny_llama
 from conftest import REPO, run_python
 
 BACKENDS = ["inductor", "neuron"]
+# The stock Inductor backend on neuron tensors in long mode only where test_mlp_training_loop covers it by default.
+BACKENDS_INDUCTOR_SLOW = [pytest.param("inductor", marks=pytest.mark.slow), "neuron"]
 
 
 def _op_db():
@@ -77,7 +79,7 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS_INDUCTOR_SLOW)
 def test_opinfo_samples_compiled_equal_eager(backend):
     # All samples in one graph: one C++ compile instead of one per op.
     cases = _samples(OPS)
@@ -110,7 +112,7 @@ def tiny_llama():
     return model
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", BACKENDS_INDUCTOR_SLOW)
 def test_tiny_llama_forward_backward(tiny_llama, backend):
     import copy
 
@@ -347,6 +349,7 @@ def _trainer_losses(model, compile_: bool, tmp_path):
     return args, rec.losses, trainer.model
 
 
+@pytest.mark.slow  # test_sft_flow.py::test_one_process_compiled checks the same through the example script
 def test_trainer_torch_compile_padded_batches_no_recompile_per_step(tiny_llama, tmp_path):
     compiler.reset_stats()
     with torch._dynamo.config.patch(automatic_dynamic_shapes=False):

@@ -73,7 +73,7 @@ def _graphs():
     return len(compiler.stats()["graphs"])
 
 
-@pytest.mark.parametrize("kind", ["qwenimage21", "flux"])
+@pytest.mark.parametrize("kind", ["qwenimage21", pytest.param("flux", marks=pytest.mark.slow)])
 def test_compile_repeated_blocks_equals_eager(kind, saved):
     path = saved(kind)
     eager = run(kind, path, DEV)
@@ -95,6 +95,7 @@ def test_compile_repeated_blocks_equals_eager(kind, saved):
     assert maxdiff(first, eager) <= 1e-3 and maxdiff(second, eager) <= 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind,part", [("flux", "transformer")])
 def test_torch_compile_whole_model(kind, part, saved):
     """torch.compile of the whole transformer (or UNet: ("sd", "unet"), ~50 s to compile on 2 cores) equals eager."""
@@ -192,11 +193,11 @@ def qwen21_refs(saved):
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("nproc,dtype,mode,load", [
-    (2, "float32", "eager", "pretrained"),
+    pytest.param(2, "float32", "eager", "pretrained", marks=pytest.mark.slow),
     (2, "float32", "eager", "in_memory"),
-    (2, "bfloat16", "compiled", "in_memory"),
-    (4, "float32", "compiled", "pretrained"),
-    (4, "bfloat16", "eager", "in_memory"),
+    pytest.param(2, "bfloat16", "compiled", "in_memory", marks=pytest.mark.slow),
+    pytest.param(4, "float32", "compiled", "pretrained", marks=pytest.mark.slow),
+    pytest.param(4, "bfloat16", "eager", "in_memory", marks=pytest.mark.slow),
 ])
 def test_tensor_parallel_variants(tmp_path, qwen21_refs, nproc, dtype, mode, load):
     """TP of the tiny Qwen-Image 2.1 transformer on 2 and 4 ranks, eager and compiled, loaded by from_pretrained

@@ -114,6 +114,7 @@ print("OK", [g["cache"] for g in torch_neuronx.compiler.stats()["graphs"]])
 """
 
 
+@pytest.mark.slow
 def test_two_processes_compile_into_one_cache(tmp_path):
     """Two processes compile the same graph into one empty cache directory at the same moment: both results are
     right, and a third process then reads the cache they wrote (a hit) and is right too."""

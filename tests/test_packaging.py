@@ -9,7 +9,7 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-slow = pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="long mode: RUN_SLOW=1")
+slow = pytest.mark.slow
 
 USE = """
 import torch, torch_neuronx

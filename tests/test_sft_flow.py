@@ -46,7 +46,7 @@ SCRIPT = os.path.join(ROOT, "examples", "sft_neuron_example.py")
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import make_tiny_sft  # noqa: E402
 
-slow = pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="long mode: RUN_SLOW=1")
+slow = pytest.mark.slow
 
 STEPS = 4
 LR = 1e-3
