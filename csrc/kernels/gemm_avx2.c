@@ -15,24 +15,19 @@
 #define MR 6
 #define NR 16
 
-/* 6 x 16: 12 ymm accumulators + 2 B vectors + 1 broadcast of the 16 registers. */
-AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
-                                 bool accumulate, nk_gemm_prefetch *pf) {
-    __m256 acc[MR][2];
-    nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and conflict
-     * in L1, so they would otherwise miss right when the stores want them). */
-#pragma GCC unroll 6
-    for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
-#pragma GCC unroll 2
+/* The k loop of the 6 x 16 tile: 12 ymm accumulators + 2 B vectors + 1 broadcast of the 16 registers. With
+ * tick false (nothing to prefetch, the common case) the loop carries no prefetch bookkeeping: the walk's
+ * compare and branch per step cost the tile 5-10% of its L1-resident speed, and unrolling by 4 rather
+ * than 2 another ~10% (best of 30 rounds on Zen 3: 68 -> 85 GFLOP/s of a 91 GFLOP/s FMA peak). */
+AVX2_INLINE void ukr_avx2_loop(int64_t kc, const float *pa, const float *pb, __m256 acc[MR][2], nk_gemm_prefetch *w,
+                               bool tick) {
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         const __m256 b0 = _mm256_load_ps(pb);
         const __m256 b1 = _mm256_load_ps(pb + 8);
         /* The A micro-panel streams from L2: ask for it a few iterations early. */
         _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        nk_gemm_prefetch_tick(&w, k);
+        if (tick) nk_gemm_prefetch_tick(w, k);
 #pragma GCC unroll 6
         for (int i = 0; i < MR; i++) {
             const __m256 a = _mm256_broadcast_ss(pa + i);
@@ -42,7 +37,24 @@ AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, f
         pa += MR;
         pb += NR;
     }
-    *pf = w; /* the next call continues the walk */
+}
+
+AVX2_TARGET static void ukr_avx2(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc,
+                                 bool accumulate, nk_gemm_prefetch *pf) {
+    __m256 acc[MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    /* The C tile is needed only at the end; fetch it now (its rows are often 4 KiB apart and conflict
+     * in L1, so they would otherwise miss right when the stores want them). */
+#pragma GCC unroll 6
+    for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+    if (pf->n > 0) {
+        nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
+        ukr_avx2_loop(kc, pa, pb, acc, &w, true);
+        *pf = w; /* the next call continues the walk */
+    } else {
+        ukr_avx2_loop(kc, pa, pb, acc, pf, false);
+    }
 #pragma GCC unroll 6
     for (int i = 0; i < MR; i++) {
         float *cr = c + i * ldc;
