@@ -81,6 +81,14 @@ bool nk_dtype_of(at::ScalarType st, nk_dtype* out);
 // The CPU storage does not own the memory: the neuron tensor must outlive the alias.
 at::Tensor cpu_alias(const at::Tensor& t);
 
+// Whether a kernel writing one of a and b may change what it reads from the other (false: provably apart;
+// an undefined or empty tensor is apart from anything). at::get_overlap_status answers TooHard for any
+// tensor that is not dense, an expanded bias or a strided view included, even in another allocation, which
+// sent every addmm with a 1-D bias to the CPU kernel: tensors whose storages' bytes do not intersect are
+// apart; otherwise get_overlap_status decides, TooHard counting as overlap. (The reductions and selections
+// still treat TooHard as overlap: their kernels' order on some non-dense inputs is not yet CPU's.)
+bool may_overlap(const at::Tensor& a, const at::Tensor& b);
+
 // Convolution through PyTorch's CPU kernels on the device memory (what native convolution falls back to).
 at::Tensor neuron_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                            const std::optional<at::Tensor>& bias, at::IntArrayRef stride,

@@ -110,6 +110,18 @@ bool nk_dtype_of(at::ScalarType st, nk_dtype* out) {
   }
 }
 
+bool may_overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0) return false;
+  if (a.has_storage() && b.has_storage()) {
+    const auto* a0 = static_cast<const char*>(a.storage().data());
+    const auto* b0 = static_cast<const char*>(b.storage().data());
+    if (a0 != nullptr && b0 != nullptr &&
+        (a0 + a.storage().nbytes() <= b0 || b0 + b.storage().nbytes() <= a0))
+      return false;
+  }
+  return at::get_overlap_status(a, b) != at::MemOverlapStatus::No;
+}
+
 bool to_nk(const at::Tensor& t, nk_tensor* out) {
   if (t.is_conj() || t.is_neg() || t.dim() > NK_MAX_DIMS || t.layout() != at::kStrided) return false;
   if (!nk_dtype_of(t.scalar_type(), &out->dtype)) return false;

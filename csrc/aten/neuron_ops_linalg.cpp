@@ -86,11 +86,9 @@ bool gemm_native(const char* op, Operand out, Operand a, Operand b, Operand self
   if (self.t != nullptr && self.t->scalar_type() != st) return false;
   if (!out.t->is_privateuseone()) return false;
   if (at::has_internal_overlap(*out.t) == at::MemOverlap::Yes) return false;
-  if (at::get_overlap_status(*out.t, *a.t) != at::MemOverlapStatus::No ||
-      at::get_overlap_status(*out.t, *b.t) != at::MemOverlapStatus::No)
-    return false;
+  if (may_overlap(*out.t, *a.t) || may_overlap(*out.t, *b.t)) return false;
   const bool in_place = self.t == nullptr || self.t->is_same(*out.t);
-  if (!in_place && at::get_overlap_status(*out.t, *self.t) != at::MemOverlapStatus::No) return false;
+  if (!in_place && may_overlap(*out.t, *self.t)) return false;
   nk_tensor o, ta, tb, ts;
   if (!to_nk(*out.t, &o) || !to_nk(*a.t, &ta) || !to_nk(*b.t, &tb)) return false;
   if (!in_place && !to_nk(*self.t, &ts)) return false;
