@@ -212,6 +212,25 @@ def test_linear_matches_cpu(dtype, m):
         assert counts.get(op, {"fallback": 0})["fallback"] == 0, op
 
 
+@pytest.mark.parametrize("self_form", ["bias", "column", "strided"])
+def test_non_dense_operands_take_the_native_kernel(self_form):
+    # An expanded bias (a linear layer's), a broadcast column or a strided view is not dense; PyTorch's overlap
+    # check calls such tensors TooHard, which once sent every biased addmm to the CPU kernel. The native
+    # kernel's bits are those of the same product with the operand made dense (K = 1536 sums differ from the
+    # CPU kernel's in the last bits).
+    x, w = rand(70, 1536), rand(96, 1536, seed=1)
+    base = rand(70, 192, seed=2)
+    s = {"bias": rand(96, seed=3), "column": rand(70, 1, seed=3), "strided": base[:, ::2]}[self_form]
+    got = torch.addmm(n(s), n(x), n(w).t())
+    dense = torch.addmm(n(s).expand(70, 96).contiguous(), n(x), n(w).t())
+    assert torch.equal(got.cpu(), dense.cpu())
+    torch.testing.assert_close(got.cpu(), torch.addmm(s, x, w.t()), rtol=1e-5, atol=1e-4)
+    # a strided A and B as well
+    xs, ws = rand(70, 3072)[:, ::2], rand(3072, 96, seed=1)[::2]
+    torch.testing.assert_close(torch.mm(n(xs), n(ws)).cpu(), torch.mm(n(xs.contiguous()), n(ws.contiguous())).cpu(),
+                               rtol=0, atol=0)
+
+
 def test_zero_sizes():
     for sa, sb in [((0, 5), (5, 3)), ((4, 0), (0, 3)), ((4, 5), (5, 0)), ((0, 3, 4), (0, 4, 2)), ((2, 3, 0), (2, 0, 4))]:
         a, b = rand(*sa), rand(*sb, seed=1)
