@@ -38,6 +38,11 @@ def main():
     if bf16_peak <= 0:
         bf16_peak = fp32_peak  # no bf16 instruction: bf16 runs on the fp32 micro-kernels
         bf16_method = "fp32 FMA"
+
+    def probe(dtype):
+        if dtype == torch.bfloat16 and bf16_method != "fp32 FMA":
+            return torch_neuronx._C._bf16_peak_gflops()[0]
+        return torch_neuronx._C._fma_peak_gflops()
     peaks = {torch.float32: fp32_peak, torch.bfloat16: bf16_peak}
     res.meta.update(fp32_peak=fp32_peak, bf16_peak=bf16_peak, bf16_method=bf16_method)
     print(f"threads {threads}, micro-kernels {torch_neuronx._C._gemm_isa()}, "
@@ -62,6 +67,14 @@ def main():
                 pct = gf / peak if peak > 0 else 0.0
                 large = m >= LARGE_M
                 name = str(dtype).replace("torch.", "")
+                if large and pct > 1.02:
+                    # Above the peak: the probe was disturbed (one that lost a core read half the peak and
+                    # made every share look met). Probe again and keep the higher; say so if it still is.
+                    peak = peaks[dtype] = max(peak, probe(dtype))
+                    pct = gf / peak
+                    print(f"  (re-probed the {name} peak: {peak:.1f} GFLOP/s)")
+                    if pct > 1.02:
+                        res.meta["peak_suspect"] = f"{name} M={m} K={k} N={nn} ran at {100 * pct:.0f}% of the peak"
                 print(f"{name:9} {m:4d} {k:5d} {nn:6d} {t_n * 1e6:10.1f} {t_c * 1e6:10.1f} {ratio:6.2f} "
                       f"{gf:8.1f} {100 * pct if large else float('nan'):6.1f}")
                 if ratio < 1.0:
@@ -84,6 +97,9 @@ def main():
             print("  " + line)
     else:
         print("all targets met")
+    res.meta.update(fp32_peak=peaks[torch.float32], bf16_peak=peaks[torch.bfloat16])  # after any re-probe
+    if "peak_suspect" in res.meta:
+        print(f"peak still suspect: {res.meta['peak_suspect']}")
     res.write(args.json)
 
 

@@ -857,10 +857,10 @@ double nk_fma_peak_gflops(void) {
     if (isa == &nk_gemm_isa_generic) return 0.0;
     probe_ctx ctx = {.iters = 200000, .avx512 = isa == &nk_gemm_isa_avx512};
     const double flops_per_iter = ctx.avx512 ? 16.0 * 16 * 2 : 12.0 * 8 * 2;
-    const int64_t tasks = (int64_t)nk_threads_get() * 16;
+    const int64_t tasks = (int64_t)nk_threads_get() * NK_PEAK_PROBE_TASKS_PER_THREAD;
     probe_range(&ctx, 0, 1); /* warm up: bring the core to its AVX license frequency */
     double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < NK_PEAK_PROBE_REPS; rep++) {
         const double t0 = now_seconds();
         nk_parallel_for(tasks, 1, probe_range, &ctx);
         const double dt = now_seconds() - t0;

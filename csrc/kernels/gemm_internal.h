@@ -10,6 +10,15 @@
 
 #define NK_GEMM_MR_MAX 16
 #define NK_GEMM_NR_MAX 32
+/*
+ * The peak probes (gemm.c fp32, peak_bf16.c bf16) keep the best of several timed rounds, each long
+ * enough (15-30 ms at full speed on 2 cores) that one late-waking pool thread or a moment of another
+ * process on a core cannot halve it: with 3 rounds of 16 tasks per thread (~7 ms) a 2-core Zen 3 once
+ * reported one core's peak, and GEMMs then read as over 100% of it.
+ */
+#define NK_PEAK_PROBE_REPS 7
+#define NK_PEAK_PROBE_TASKS_PER_THREAD 32
+
 /* Rows up to which a product takes the streaming (skinny) path instead of the packed one. */
 #define NK_GEMM_SKINNY_M 16
 

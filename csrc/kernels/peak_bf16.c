@@ -130,10 +130,10 @@ double nk_bf16_peak_gflops(const char **method) {
         return 0.0;
     }
     atomic_init(&ctx.sink, 0);
-    const int64_t tasks = (int64_t)nk_threads_get() * 16;
+    const int64_t tasks = (int64_t)nk_threads_get() * NK_PEAK_PROBE_TASKS_PER_THREAD;
     pk_range(&ctx, 0, 1); /* warm up: the unit's power-up and the core's license frequency */
     double best = 0.0;
-    for (int rep = 0; rep < 3; rep++) {
+    for (int rep = 0; rep < NK_PEAK_PROBE_REPS; rep++) {
         const double t0 = peak_now();
         nk_parallel_for(tasks, 1, pk_range, &ctx);
         const double dt = peak_now() - t0;
