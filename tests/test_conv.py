@@ -188,3 +188,111 @@ def test_onednn_route_hands_channels_last_and_equals_cpu(dtype, geom, monkeypatc
     got = F.conv2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), s, p, d, g)
     assert got.is_contiguous() and want.is_contiguous()
     assert torch.equal(got.cpu(), want)
+
+
+# ---- Winograd F(4x4, 3x3) (kernels/conv_winograd.c): fp32 3x3 stride-1 forwards ---------------------------
+
+def _layout(x, form):
+    """x (N, C, H, W) in another memory layout with the same values."""
+    if form == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if form == "permuted":  # H and W swapped in memory: a transposed view
+        return x.transpose(2, 3).contiguous().transpose(2, 3)
+    if form == "sliced":  # every other channel and column of a wider tensor
+        big = torch.zeros(x.shape[0], 2 * x.shape[1], x.shape[2], 2 * x.shape[3])
+        big[:, ::2, :, ::2] = x
+        return big[:, ::2, :, ::2]
+    return x
+
+
+WINO_CASES = [  # (N, C, H, W, OC, padding)
+    (1, 3, 5, 7, 5, 1), (2, 5, 9, 6, 3, 0), (1, 17, 13, 11, 17, 2), (3, 8, 16, 16, 16, 1),
+    (1, 64, 19, 21, 70, 1), (2, 4, 3, 3, 6, 0), (1, 2, 4, 5, 3, (2, 0)),
+]
+
+
+@pytest.mark.parametrize("form", ["contiguous", "channels_last", "permuted", "sliced"])
+@pytest.mark.parametrize("case", range(len(WINO_CASES)))
+@pytest.mark.parametrize("bias", [True, False])
+def test_winograd_forward_equals_cpu(case, form, bias):
+    """Every fp32 3x3 stride-1 convolution runs Winograd under TORCH_NEURONX_CONV_NATIVE=1: odd sizes (tiles cut
+    by the image's edge), odd channel counts, padding 0/1/2, batches, inputs in any strides; the output has
+    CPU's memory format and values within the fp32 tolerance."""
+    n, c, h, w_, oc, pad = WINO_CASES[case]
+    gen = torch.Generator().manual_seed(case)
+    x = torch.randn(n, c, h, w_, generator=gen)
+    w = torch.randn(oc, c, 3, 3, generator=gen) / (9 * c) ** 0.5
+    b = torch.randn(oc, generator=gen) if bias else None
+    xf = _layout(x, form)
+    before = native("aten::convolution_overrideable")
+    with torch.no_grad():
+        got = F.conv2d(xf.to("neuron"), w.to("neuron"), b.to("neuron") if bias else None, padding=pad)
+        want = F.conv2d(xf, w, b, padding=pad)
+    assert native("aten::convolution_overrideable") == before + 1
+    assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
+        memory_format=torch.channels_last)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_winograd_channels_last_weight_groups_empty():
+    """A channels-last weight (the output follows it to channels-last, as on CPU), groups (one Winograd
+    convolution per group), an empty batch and no input channels."""
+    gen = torch.Generator().manual_seed(7)
+    x, w = torch.randn(2, 6, 10, 9, generator=gen), torch.randn(4, 6, 3, 3, generator=gen) * 0.2
+    wc = w.contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        got = F.conv2d(x.to("neuron"), wc.to("neuron"), padding=1)
+        assert got.is_contiguous(memory_format=torch.channels_last)
+        torch.testing.assert_close(got.cpu(), F.conv2d(x, w, padding=1), rtol=1e-4, atol=1e-4)
+        wg, b = torch.randn(4, 3, 3, 3, generator=gen) * 0.2, torch.randn(4, generator=gen)
+        torch.testing.assert_close(F.conv2d(x.to("neuron"), wg.to("neuron"), b.to("neuron"), padding=2, groups=2).cpu(),
+                                   F.conv2d(x, wg, b, padding=2, groups=2), rtol=1e-4, atol=1e-4)
+        e = F.conv2d(x[:0].to("neuron"), w.to("neuron"), padding=1)
+        assert e.shape == (0, 4, 10, 9)
+        z = torch.zeros(1, 0, 5, 5)
+        y0 = F.conv2d(z.to("neuron"), torch.zeros(3, 0, 3, 3).to("neuron"), b[:3].to("neuron"), padding=1)
+        torch.testing.assert_close(y0.cpu(), F.conv2d(z, torch.zeros(3, 0, 3, 3), b[:3], padding=1))
+
+
+def test_winograd_accuracy_at_vae_width():
+    """At a VAE decoder's 256 channels (scaled weights, as a trained network has), the transforms' rounding
+    stays within the fp32 tolerance of CPU. F(4x4, 3x3) is measured 30-50x further from the float64 result than
+    CPU's direct convolution (4e-5 here, 1e-4 at 512 channels): bounded at 60x so a worse transform shows."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 256, 20, 20, generator=gen)
+    w = torch.randn(256, 256, 3, 3, generator=gen) / (9 * 256) ** 0.5
+    b = torch.randn(256, generator=gen)
+    with torch.no_grad():
+        got = F.conv2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), padding=1).cpu()
+        want = F.conv2d(x, w, b, padding=1)
+        ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert (got.double() - ref).abs().max() <= 60 * max((want.double() - ref).abs().max().item(), 1e-6)
+
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="Winograd is measured only with SIMD micro-kernels")
+@pytest.mark.parametrize("form", ["contiguous", "channels_last"])
+def test_default_takes_winograd_for_vae_like_shapes(form, monkeypatch):
+    """By default an fp32 3x3 convolution with >= 64 channels and >= 64 output tiles (a VAE decoder's) runs the
+    Winograd kernel (faster than oneDNN's direct kernel there), a smaller image stays on PyTorch's CPU kernel
+    (bit-equal to CPU), and TORCH_NEURONX_CONV_WINOGRAD=0 turns it off."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    gen = torch.Generator().manual_seed(11)
+    x = _layout(torch.randn(1, 64, 32, 32, generator=gen), form)
+    w, b = torch.randn(64, 64, 3, 3, generator=gen) / 24, torch.randn(64, generator=gen)
+    xn, wn, bn = x.to("neuron"), w.to("neuron"), b.to("neuron")
+    with torch.no_grad():
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(xn, wn, bn, padding=1)
+        assert native("aten::convolution_overrideable") == before + 1
+        torch.testing.assert_close(got.cpu(), F.conv2d(x, w, b, padding=1), rtol=1e-4, atol=1e-4)
+        small = x[:, :, :16, :16]
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(small.to("neuron"), wn, bn, padding=1)
+        assert native("aten::convolution_overrideable") == before
+        torch.testing.assert_close(got.cpu(), F.conv2d(small, w, b, padding=1), rtol=0, atol=0)
+        monkeypatch.setenv("TORCH_NEURONX_CONV_WINOGRAD", "0")
+        before = native("aten::convolution_overrideable")
+        F.conv2d(xn, wn, bn, padding=1)
+        assert native("aten::convolution_overrideable") == before

@@ -1,6 +1,7 @@
 // Native 2-D convolution for the neuron device (convolution_overrideable and its backward): im2col
 // (kernels/conv.c) and one GEMM per image and group, fp32 accumulation, inputs in any strides, outputs
-// in the memory format CPU gives them. Transposed, 1-D/3-D and other
+// in the memory format CPU gives them; fp32 3x3 stride-1 forwards on large enough images by Winograd
+// F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays). Transposed, 1-D/3-D and other
 // dtypes run PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
@@ -36,7 +37,31 @@ struct Geometry {
   int64_t N, C, H, W, OC, Cg, OCg, kh, kw, OH, OW, groups;
   int64_t k[2], s[2], p[2], d[2];
   bool pointwise;  // 1x1, stride 1, no padding: the image is already the column matrix
+  bool winograd;   // the forward runs the Winograd kernel (kernels/conv_winograd.c)
 };
+
+// Whether the Winograd kernel can take the convolution: fp32, 3x3, stride 1, dilation 1 (any padding, groups).
+bool winograd_fits(const Geometry& g, at::ScalarType st) {
+  return st == at::kFloat && g.kh == 3 && g.kw == 3 && g.s[0] == 1 && g.s[1] == 1 && g.d[0] == 1 && g.d[1] == 1;
+}
+
+// Whether F(4x4, 3x3) Winograd beats the route the convolution takes otherwise (oneDNN's direct kernel, or
+// im2col + GEMM where im2col_pays). It multiplies 4x less than a direct convolution but transforms the
+// weight to 4x its size on every call, a memory-bound pass that only a large enough image amortises: the
+// rule is in 4x4 output tiles (all images) and in the transformed weight's size. Measured on a 2-core Zen 4
+// (AVX-512 micro-kernels; oneDNN's AVX-512 kernel), one thread, ms CPU/Winograd: 512->512 at 16x16 (16 tiles)
+// 14.4/28.4, 640->640 N2 at 16x16 (32 tiles) 40.1/36.5, 512->512 at 32x32 (64 tiles) 43.5/28.4, 64->64 at
+// 32x32 0.8/0.6; 1280->1280 N2 at 16x16 167/237 and at 32x32 0.9x (a 236 MB transformed weight). The AVX2
+// micro-kernel against oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2) on the same CPU gave the same picture:
+// 512->512 at 16x16 12.9/18.6, 640 N2 at 16x16 39.5/41, 512 at 32x32 48/32, at 64x64 192/88. Two-thread
+// figures for the VAE and UNet shapes are in DEVELOPING.md (1.3-2.4x). Only measured with the AVX2 and
+// AVX-512 micro-kernels, and for >= 64 channels.
+bool winograd_pays(const Geometry& g) {
+  static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
+  if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64 || g.Cg * g.OCg > 640 * 640) return false;
+  const int64_t tiles = g.N * ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
+  return tiles >= 64;
+}
 
 // Whether the im2col + GEMM kernel should take a convolution that is not pointwise. im2col writes Cg*kh*kw
 // values per output pixel and the GEMM spends 2*OCg flops on each, so with few output channels per group
@@ -57,9 +82,11 @@ bool im2col_pays(const Geometry& g, at::ScalarType st) {
   return wide_gemm && g.OCg >= 256;
 }
 
+// forward: the Winograd kernel may be chosen (g->winograd); the backward has no Winograd path, so its
+// route stays that of im2col_pays.
 bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
-               int64_t groups, Geometry* g) {
+               int64_t groups, Geometry* g, bool forward) {
   const at::ScalarType st = input.scalar_type();
   if (transposed || input.dim() != 4 || weight.dim() != 4 || groups < 1) return false;
   if (st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) return false;
@@ -82,9 +109,18 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
   if (eh < 0 || ew < 0 || g->kh == 0 || g->kw == 0) return false;  // an empty kernel or too-small input: CPU's error
   g->OH = eh / g->s[0] + 1, g->OW = ew / g->s[1] + 1;
   g->pointwise = g->kh == 1 && g->kw == 1 && g->s[0] == 1 && g->s[1] == 1 && g->p[0] == 0 && g->p[1] == 0;
+  // TORCH_NEURONX_CONV_WINOGRAD=0 keeps Winograd out (the im2col kernel then takes what native takes), =1
+  // takes it for every convolution it fits, like TORCH_NEURONX_CONV_NATIVE=1 (benchmarks, tests).
+  const char* wino = std::getenv("TORCH_NEURONX_CONV_WINOGRAD");
+  const bool wino_set = wino != nullptr && wino[0] != '\0';
+  const bool fits = forward && winograd_fits(*g, st) && !(wino_set && wino[0] == '0');
   const char* force = std::getenv("TORCH_NEURONX_CONV_NATIVE");
-  if (force != nullptr && force[0] != '\0') return force[0] != '0';
-  return g->pointwise || im2col_pays(*g, st);
+  if (force != nullptr && force[0] != '\0') {
+    g->winograd = fits && force[0] != '0';
+    return force[0] != '0';
+  }
+  g->winograd = fits && (wino_set || winograd_pays(*g));
+  return g->pointwise || g->winograd || im2col_pays(*g, st);
 }
 
 // t as a [rows, cols] matrix view (no copy): valid when the merged dims are contiguous among themselves.
@@ -192,7 +228,7 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
                         at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
                         at::IntArrayRef output_padding, int64_t groups) {
   Geometry g;
-  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g)) {
+  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g, true)) {
     // PyTorch's CPU convolution on oneDNN (bf16/fp16) computes a contiguous input's output in channels-last
     // and converts it with the CPU's strided copy (16 ms of a [1,128,256,256] bf16 VAE convolution's time).
     // Handing it channels-last operands, converted by the device's copy kernel, leaves it nothing to convert
@@ -220,10 +256,22 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
     else out.zero_();
     return out;
   }
+  const bool has_bias = bias.has_value() && bias->defined();
+  if (g.winograd) {
+    // Reads the input, weight and bias through their strides and writes out's layout: no copies.
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      at::Tensor xi = g.groups == 1 ? input : input.narrow(1, grp * g.Cg, g.Cg);
+      at::Tensor wi = g.groups == 1 ? weight : weight.narrow(0, grp * g.OCg, g.OCg);
+      at::Tensor oi = g.groups == 1 ? out : out.narrow(1, grp * g.OCg, g.OCg);
+      nk_tensor o = nk_desc(oi, op), x = nk_desc(xi, op), w = nk_desc(wi, op), b{};
+      if (has_bias) b = nk_desc(g.groups == 1 ? *bias : bias->narrow(0, grp * g.OCg, g.OCg), op);
+      check(nk_conv3x3_winograd(&o, &x, &w, has_bias ? &b : nullptr, g.p), op, input);
+    }
+    return out;
+  }
   at::Tensor w = weight.contiguous();
   at::Tensor col = pointwise_views(input, g) ? at::Tensor()
                                              : at::empty({g.Cg * g.kh * g.kw, g.OH * g.OW}, input.options());
-  const bool has_bias = bias.has_value() && bias->defined();
   if (g.groups == 1 && g.N > 1 && !col.defined()) {
     // A pointwise convolution of several images is one batched product, [N, OC, C] (the weight, batch
     // stride 0) x [N, C, H*W]: the pool's threads take whole images, so each packs the weight once per
@@ -260,7 +308,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
     at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_, at::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> mask) {
   Geometry g;
-  if (!native_ok(input, weight, std::nullopt, stride, padding, dilation, transposed_, groups, &g) ||
+  if (!native_ok(input, weight, std::nullopt, stride, padding, dilation, transposed_, groups, &g, false) ||
       grad_output.scalar_type() != input.scalar_type() || grad_output.device() != input.device() ||
       grad_output.dim() != 4 || grad_output.size(0) != g.N || grad_output.size(1) != g.OC ||
       grad_output.size(2) != g.OH || grad_output.size(3) != g.OW || input.numel() == 0 || grad_output.numel() == 0)

@@ -118,6 +118,16 @@ nk_status nk_im2col(const nk_tensor *col, const nk_tensor *img, const int64_t ke
                     const int64_t padding[2], const int64_t dilation[2]);
 nk_status nk_col2im(const nk_tensor *img, const nk_tensor *col, const int64_t kernel[2], const int64_t stride[2],
                     const int64_t padding[2], const int64_t dilation[2]);
+/*
+ * out = conv2d(in, weight) + bias for a 3x3 kernel, stride 1, dilation 1, zero padding `padding` (rows, cols),
+ * by Winograd's F(4x4, 3x3) (conv_winograd.c). in [N, C, H, W], weight [OC, C, 3, 3], out [N, OC, H + 2*ph - 2,
+ * W + 2*pw - 2], bias [OC] or NULL; any strides (channels-last and permuted views need no copy). F32 only
+ * (else NK_UNSUPPORTED); NK_INVALID on a shape mismatch; NK_NO_MEMORY without host scratch (the transformed
+ * weight, 36 * OC * C floats, and a block of transformed tiles per thread). Not bit-equal to a direct
+ * convolution: the transforms add a rounding error that grows with the values' spread (see DEVELOPING.md).
+ */
+nk_status nk_conv3x3_winograd(const nk_tensor *out, const nk_tensor *in, const nk_tensor *weight,
+                              const nk_tensor *bias, const int64_t padding[2]);
 /* The micro-kernel family in use ("avx512", "avx2", "generic"). */
 const char *nk_gemm_isa_name(void);
 /* Measured fp32 FMA throughput of this machine on all pool threads (GFLOP/s): a register-only FMA

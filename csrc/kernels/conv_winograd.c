@@ -1,0 +1,387 @@
+/*
+ * conv_winograd.c - 3x3 stride-1 convolution by Winograd's F(4x4, 3x3): each 6x6 input tile d gives a 4x4
+ * output tile as A^T [(G g G^T) . (B^T d B)] A, so the 9 multiply-adds per output pixel and input channel
+ * become 36 per 16 pixels (2.25 per pixel, 4x fewer), carried out as 36 independent GEMMs
+ * M[xi] = U[xi] . V[xi] over (output channel x input channel) x (input channel x tile).
+ *
+ * Why this shape of loop: a VAE convolution's transformed image V and product M are each 2.25x the
+ * image, so materialising them whole for 36 library GEMMs would stream them through memory twice. Instead
+ * a task takes a block of tiles: it transforms them straight into the GEMM micro-kernel's packed B layout
+ * (no packing pass), runs the 36 products with the micro-kernel of gemm.c on the packed transformed weight
+ * U, and transforms its block of M back into the output while it is still in cache. The weight is
+ * transformed once per call, already in the micro-kernel's packed A layout.
+ *
+ * F(4x4, 3x3) rather than F(2x2, 3x3) (2.25x fewer multiplies) or F(6x6, 3x3): see DEVELOPING.md for the
+ * measured error; F(4, 3)'s stays well inside the fp32 tolerance of the tests at 512-1280 channels.
+ */
+#include "gemm_internal.h"
+
+#include <stdlib.h>
+
+#define WT 6 /* input tile side */
+#define WO 4 /* output tile side */
+#define WX 36 /* transformed values per tile */
+#define LN 8  /* tiles transformed together: one 8-lane vector */
+
+typedef float v8 __attribute__((vector_size(32)));
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define WINO_HAVE_AVX2 1
+#define WINO_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define WINO_HAVE_AVX2 0
+#endif
+#define WINO_INLINE static inline __attribute__((always_inline))
+
+WINO_INLINE v8 ld8(const float *p) {
+    v8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+WINO_INLINE void st8(float *p, v8 v) {
+    memcpy(p, &v, sizeof v);
+}
+
+WINO_INLINE v8 splat(float f) {
+    return (v8){f, f, f, f, f, f, f, f};
+}
+
+/* B^T x for one 6-vector (of 8 lanes each), in place. */
+WINO_INLINE void bt6(v8 *r0, v8 *r1, v8 *r2, v8 *r3, v8 *r4, v8 *r5) {
+    const v8 x0 = *r0, x1 = *r1, x2 = *r2, x3 = *r3, x4 = *r4, x5 = *r5;
+    const v8 four = splat(4.f), five = splat(5.f), two = splat(2.f);
+    const v8 a = x4 - four * x2, b = x3 - four * x1; /* shared by rows 1 and 2 */
+    const v8 c = x4 - x2, d = two * (x3 - x1);     /* shared by rows 3 and 4 */
+    *r0 = four * x0 - five * x2 + x4;
+    *r1 = a + b;
+    *r2 = a - b;
+    *r3 = c + d;
+    *r4 = c - d;
+    *r5 = four * x1 - five * x3 + x5;
+}
+
+/* A^T x: 6 values to 4. */
+WINO_INLINE void at6(const v8 x[6], v8 y[4]) {
+    const v8 s12 = x[1] + x[2], d12 = x[1] - x[2], s34 = x[3] + x[4], d34 = x[3] - x[4];
+    y[0] = x[0] + s12 + s34;
+    y[1] = d12 + splat(2.f) * d34;
+    y[2] = s12 + splat(4.f) * s34;
+    y[3] = d12 + splat(8.f) * d34 + x[5];
+}
+
+typedef struct wino_ctx {
+    int64_t N, C, H, W, OC, OH, OW, ph, pw;
+    int64_t tiles_h, tiles_w, tiles; /* per image: tiles_h * tiles_w; all images: tiles */
+    const float *in;
+    int64_t isn, isc, ish, isw;
+    float *out;
+    int64_t osn, osc, osh, osw;
+    const float *wt;
+    int64_t wso, wsc, wsh, wsw;
+    const float *bias;
+    int64_t bs;
+    float *U;           /* [36][ocp / mr] A panels of round16(C * mr) floats, U[xi] uxs floats apart */
+    int64_t uxs, vxs, mxs; /* floats from one xi to the next in U, V and M */
+    int64_t ocp, apan;  /* output channels rounded up to mr; floats per A panel */
+    int64_t tb, np;     /* tiles per block (a multiple of nr), B panels per block */
+    int64_t osplit;     /* tasks per block, each with a share of the output channels' A panels */
+    int64_t mr, nr;
+    nk_gemm_ukr_fn ukr;
+    bool avx2;
+    nk_status status;
+} wino_ctx;
+
+/* ---- weight: U = G g G^T, stored as the micro-kernel's packed A panels ---------------------------- */
+
+/* G x for one kernel row or column of 3 values; divisions as products (a divide per value cost the weight
+ * transform a quarter of a 512-channel convolution's time). */
+WINO_INLINE void g3(float g0, float g1, float g2, float *o, int step) {
+    const float sixth = 1.f / 6.f, twelfth = 1.f / 12.f, t24 = 1.f / 24.f;
+    o[0] = g0 * 0.25f;
+    o[step] = -(g0 + g1 + g2) * sixth;
+    o[2 * step] = -(g0 - g1 + g2) * sixth;
+    o[3 * step] = g0 * t24 + g1 * twelfth + g2 * sixth;
+    o[4 * step] = g0 * t24 - g1 * twelfth + g2 * sixth;
+    o[5 * step] = g2;
+}
+
+/* A panels [begin, end) of every U[xi], WC input channels at a time through a local buffer, so each of the
+ * 36 destinations gets whole cache lines in order (stores spread over 36 streams one float at a time
+ * missed on every line: 3/4 of the weight transform's time). */
+#define WC 8
+WINO_INLINE void weight_panels(const wino_ctx *x, int64_t begin, int64_t end) {
+    const int64_t mr = x->mr;
+    float buf[WX][WC * NK_GEMM_MR_MAX];
+    for (int64_t ob = begin; ob < end; ob++)
+        for (int64_t c0 = 0; c0 < x->C; c0 += WC) {
+            const int64_t cn = x->C - c0 < WC ? x->C - c0 : WC;
+            for (int64_t c = 0; c < cn; c++)
+                for (int64_t r = 0; r < mr; r++) {
+                    const int64_t oc = ob * mr + r;
+                    float u[WX];
+                    if (oc >= x->OC) {
+                        memset(u, 0, sizeof u); /* padding rows of the last panel: their products are never read */
+                    } else {
+                        const float *g = x->wt + oc * x->wso + (c0 + c) * x->wsc;
+                        float t[WT * 3]; /* G g: t[i*3 + j] */
+                        for (int j = 0; j < 3; j++)
+                            g3(g[j * x->wsw], g[x->wsh + j * x->wsw], g[2 * x->wsh + j * x->wsw], t + j, 3);
+                        for (int i = 0; i < WT; i++) g3(t[i * 3], t[i * 3 + 1], t[i * 3 + 2], u + i * WT, 1);
+                    }
+                    for (int xi = 0; xi < WX; xi++) buf[xi][c * mr + r] = u[xi];
+                }
+            for (int xi = 0; xi < WX; xi++)
+                memcpy(x->U + xi * x->uxs + ob * x->apan + c0 * mr, buf[xi], (size_t)(cn * mr) * sizeof(float));
+        }
+}
+
+static void weight_range(void *vctx, int64_t begin, int64_t end) {
+    weight_panels(vctx, begin, end);
+}
+
+/* ---- input: V = B^T d B for a block of tiles, as packed B panels [36][np][C][nr] ------------------ */
+
+/* Where tile t of the whole batch starts in the input (may lie in the padding). */
+typedef struct tile_pos {
+    int64_t n, y0, x0;
+} tile_pos;
+
+WINO_INLINE tile_pos tile_at(const wino_ctx *x, int64_t t) {
+    const int64_t per = x->tiles_h * x->tiles_w, n = t / per, r = t % per;
+    return (tile_pos){n, r / x->tiles_w * WO - x->ph, r % x->tiles_w * WO - x->pw};
+}
+
+/* The 8 tiles [t0, t0 + 8) of the block (those past the batch's last tile: zeros), all channels, into
+ * lanes [l0, l0 + 8) of B panel `p`. */
+WINO_INLINE void input_lanes(const wino_ctx *x, float *V, int64_t p, int64_t l0, int64_t t0) {
+    const int64_t C = x->C, nr = x->nr;
+    tile_pos pos[LN];
+    bool inside[LN], live[LN];
+    for (int l = 0; l < LN; l++) {
+        live[l] = t0 + l < x->tiles;
+        pos[l] = live[l] ? tile_at(x, t0 + l) : (tile_pos){0, 0, 0};
+        inside[l] = live[l] && pos[l].y0 >= 0 && pos[l].x0 >= 0 && pos[l].y0 + WT <= x->H && pos[l].x0 + WT <= x->W;
+    }
+    const int64_t ish = x->ish, isw = x->isw;
+    for (int64_t c = 0; c < C; c++) {
+        float d[WT][WT][LN];
+        for (int l = 0; l < LN; l++) {
+            if (!live[l]) {
+                for (int i = 0; i < WT; i++)
+                    for (int j = 0; j < WT; j++) d[i][j][l] = 0.f;
+                continue;
+            }
+            const float *src = x->in + pos[l].n * x->isn + c * x->isc;
+            if (inside[l]) {
+                const float *s = src + pos[l].y0 * ish + pos[l].x0 * isw;
+                for (int i = 0; i < WT; i++)
+                    for (int j = 0; j < WT; j++) d[i][j][l] = s[i * ish + j * isw];
+            } else {
+                for (int i = 0; i < WT; i++) {
+                    const int64_t y = pos[l].y0 + i;
+                    for (int j = 0; j < WT; j++) {
+                        const int64_t xx = pos[l].x0 + j;
+                        d[i][j][l] = y >= 0 && y < x->H && xx >= 0 && xx < x->W ? src[y * ish + xx * isw] : 0.f;
+                    }
+                }
+            }
+        }
+        v8 r[WT][WT];
+        for (int i = 0; i < WT; i++)
+            for (int j = 0; j < WT; j++) r[i][j] = ld8(d[i][j]);
+        for (int j = 0; j < WT; j++) bt6(&r[0][j], &r[1][j], &r[2][j], &r[3][j], &r[4][j], &r[5][j]);
+        for (int i = 0; i < WT; i++) bt6(&r[i][0], &r[i][1], &r[i][2], &r[i][3], &r[i][4], &r[i][5]);
+        for (int i = 0; i < WT; i++)
+            for (int j = 0; j < WT; j++) st8(V + (i * WT + j) * x->vxs + (p * C + c) * nr + l0, r[i][j]);
+    }
+}
+
+/* ---- output: y = A^T m A (+ bias) for a block of tiles ------------------------------------------- */
+
+WINO_INLINE void output_lanes(const wino_ctx *x, const float *M, int64_t col, int64_t t0, int64_t oc0, int64_t oc1) {
+    const int64_t tb = x->tb;
+    tile_pos pos[LN];
+    int nl = 0;
+    for (int l = 0; l < LN && t0 + l < x->tiles; l++, nl++) pos[l] = tile_at(x, t0 + l);
+    for (int64_t oc = oc0; oc < oc1; oc++) {
+        v8 m[WX], t[WO][WT];
+        for (int xi = 0; xi < WX; xi++) m[xi] = ld8(M + xi * x->mxs + oc * tb + col);
+        for (int j = 0; j < WT; j++) {
+            const v8 colv[6] = {m[j], m[WT + j], m[2 * WT + j], m[3 * WT + j], m[4 * WT + j], m[5 * WT + j]};
+            v8 y[WO];
+            at6(colv, y);
+            for (int i = 0; i < WO; i++) t[i][j] = y[i];
+        }
+        float y[WO][WO][LN];
+        const v8 b = splat(x->bias != NULL ? x->bias[oc * x->bs] : 0.f);
+        for (int i = 0; i < WO; i++) {
+            v8 o[WO];
+            at6(t[i], o);
+            for (int j = 0; j < WO; j++) st8(y[i][j], o[j] + b);
+        }
+        for (int l = 0; l < nl; l++) {
+            const int64_t oy = pos[l].y0 + x->ph, ox = pos[l].x0 + x->pw; /* the tile's first output pixel */
+            float *dst = x->out + pos[l].n * x->osn + oc * x->osc;
+            const int hi = x->OH - oy < WO ? (int)(x->OH - oy) : WO, wi = x->OW - ox < WO ? (int)(x->OW - ox) : WO;
+            for (int i = 0; i < hi; i++)
+                for (int j = 0; j < wi; j++) dst[(oy + i) * x->osh + (ox + j) * x->osw] = y[i][j][l];
+        }
+    }
+}
+
+/* ---- a block: transform in, 36 products, transform out ------------------------------------------ */
+
+/* Task `task`: block task / osplit, its share task % osplit of the A panels. Few blocks (a small image)
+ * would leave threads idle, so the output channels are split too, each share transforming the block's
+ * input again (a small cost beside its GEMMs). */
+WINO_INLINE void run_block(const wino_ctx *x, int64_t task, float *V, float *M) {
+    const int64_t blk = task / x->osplit, part = task % x->osplit;
+    const int64_t t_base = blk * x->tb, nr = x->nr, mr = x->mr, np = x->np, nob = x->ocp / mr;
+    const int64_t ob0 = nob * part / x->osplit, ob1 = nob * (part + 1) / x->osplit;
+    const int64_t oc0 = ob0 * mr, oc1 = ob1 * mr < x->OC ? ob1 * mr : x->OC;
+    for (int64_t p = 0; p < np; p++)
+        for (int64_t l0 = 0; l0 < nr; l0 += LN) input_lanes(x, V, p, l0, t_base + p * nr + l0);
+    nk_gemm_prefetch none;
+    memset(&none, 0, sizeof none);
+    /* One A panel (an mr-row slice of U[xi]) meets every B panel of the block while it is in L1/L2; the
+     * block's V[xi] (C x tb) stays in L2 across the A panels. */
+    for (int64_t xi = 0; xi < WX; xi++)
+        for (int64_t ob = ob0; ob < ob1; ob++) {
+            const float *pa = x->U + xi * x->uxs + ob * x->apan;
+            for (int64_t p = 0; p < np; p++)
+                x->ukr(x->C, pa, V + xi * x->vxs + p * x->C * nr, M + xi * x->mxs + ob * mr * x->tb + p * nr, x->tb,
+                       false, &none);
+        }
+    for (int64_t col = 0; col < x->tb && t_base + col < x->tiles; col += LN) output_lanes(x, M, col, t_base + col, oc0, oc1);
+}
+
+static void run_blocks_plain(const wino_ctx *x, int64_t b, int64_t e, float *V, float *M) {
+    for (; b < e; b++) run_block(x, b, V, M);
+}
+
+#if WINO_HAVE_AVX2
+WINO_AVX2 static void run_blocks_avx2(const wino_ctx *x, int64_t b, int64_t e, float *V, float *M) {
+    for (; b < e; b++) run_block(x, b, V, M);
+}
+WINO_AVX2 static void weight_range_avx2(void *vctx, int64_t begin, int64_t end) {
+    weight_panels(vctx, begin, end);
+}
+#endif
+
+/* Scratch kept per thread between calls: fresh pages for the transformed weight and tiles (tens of MB)
+ * cost every call their page faults and zeroing (~10% of a 512-channel 64x64 convolution). Blocks above
+ * SCRATCH_KEEP floats are freed after the call rather than held. */
+#define SCRATCH_KEEP ((size_t)16 << 20)
+typedef struct scratch {
+    float *p;
+    size_t cap;
+} scratch;
+static _Thread_local scratch t_tiles, t_weight;
+
+static float *scratch_get(scratch *s, size_t floats) {
+    if (floats > s->cap) {
+        free(s->p);
+        s->p = aligned_alloc(64, ((floats * sizeof(float)) + 63) & ~(size_t)63);
+        s->cap = s->p != NULL ? floats : 0;
+    }
+    return s->p;
+}
+
+static void scratch_trim(scratch *s) {
+    if (s->cap > SCRATCH_KEEP) {
+        free(s->p);
+        s->p = NULL, s->cap = 0;
+    }
+}
+
+static void block_range(void *vctx, int64_t begin, int64_t end) {
+    wino_ctx *x = vctx;
+    const size_t vn = (size_t)(WX * x->vxs), mn = (size_t)(WX * x->mxs);
+    float *V = scratch_get(&t_tiles, vn + mn);
+    if (V == NULL) {
+        __atomic_store_n(&x->status, NK_NO_MEMORY, __ATOMIC_RELAXED);
+        return;
+    }
+    float *M = V + vn; /* vn is a multiple of 16 floats (nr is) */
+#if WINO_HAVE_AVX2
+    if (x->avx2) run_blocks_avx2(x, begin, end, V, M);
+    else
+#endif
+        run_blocks_plain(x, begin, end, V, M);
+    scratch_trim(&t_tiles);
+}
+
+/* Tiles per task's block: at most 64. Larger blocks reuse each A panel (streamed from U, 38 MB at 512
+ * channels) over more B panels, smaller ones keep the block's V and M (36 x (C + OC) x tb floats) nearer the
+ * core; one thread on a Zen 4, 512->512 at 64x64 and 128->128 at 256x256 ran fastest at 64 (32: 0.8-1.0x,
+ * 96-192: 0.6-1.0x of that, on a noisy host). Fewer tiles than that per thread: one block per thread. */
+static int64_t block_tiles(int64_t tiles, int64_t nr, int threads) {
+    const int64_t cap = 64 > nr ? 64 : nr;
+    const int64_t per = (tiles + threads - 1) / threads;
+    const int64_t tb = (per + nr - 1) / nr * nr;
+    return tb > cap ? cap / nr * nr : tb;
+}
+
+/* The micro-kernel family gemm.c runs (nk_gemm_isa_force included), by its public name. */
+static const nk_gemm_isa *current_isa(void) {
+    const char *name = nk_gemm_isa_name();
+    if (strcmp(name, "avx512") == 0) return &nk_gemm_isa_avx512;
+    if (strcmp(name, "avx2") == 0) return &nk_gemm_isa_avx2;
+    return &nk_gemm_isa_generic;
+}
+
+nk_status nk_conv3x3_winograd(const nk_tensor *out, const nk_tensor *in, const nk_tensor *weight,
+                              const nk_tensor *bias, const int64_t padding[2]) {
+    if (out == NULL || in == NULL || weight == NULL || padding == NULL) return NK_INVALID;
+    int64_t n;
+    nk_status st;
+    if ((st = nk_tensor_check(out, &n)) || (st = nk_tensor_check(in, &n)) || (st = nk_tensor_check(weight, &n)))
+        return st;
+    if (bias != NULL && (st = nk_tensor_check(bias, &n))) return st;
+    if (out->dtype != NK_F32 || in->dtype != NK_F32 || weight->dtype != NK_F32 ||
+        (bias != NULL && bias->dtype != NK_F32))
+        return NK_UNSUPPORTED;
+    if (in->ndim != 4 || out->ndim != 4 || weight->ndim != 4 || (bias != NULL && bias->ndim != 1)) return NK_INVALID;
+    if (padding[0] < 0 || padding[1] < 0) return NK_INVALID;
+    wino_ctx x = {.N = in->sizes[0], .C = in->sizes[1], .H = in->sizes[2], .W = in->sizes[3], .OC = weight->sizes[0],
+                  .ph = padding[0], .pw = padding[1]};
+    x.OH = x.H + 2 * x.ph - 2, x.OW = x.W + 2 * x.pw - 2;
+    if (weight->sizes[1] != x.C || weight->sizes[2] != 3 || weight->sizes[3] != 3 || x.OH < 0 || x.OW < 0 ||
+        out->sizes[0] != x.N || out->sizes[1] != x.OC || out->sizes[2] != x.OH || out->sizes[3] != x.OW ||
+        (bias != NULL && bias->sizes[0] != x.OC))
+        return NK_INVALID;
+    if (x.N == 0 || x.OC == 0 || x.OH == 0 || x.OW == 0) return NK_SUCCESS;
+    x.in = in->data, x.isn = in->strides[0], x.isc = in->strides[1], x.ish = in->strides[2], x.isw = in->strides[3];
+    x.out = out->data, x.osn = out->strides[0], x.osc = out->strides[1], x.osh = out->strides[2],
+    x.osw = out->strides[3];
+    x.wt = weight->data, x.wso = weight->strides[0], x.wsc = weight->strides[1], x.wsh = weight->strides[2],
+    x.wsw = weight->strides[3];
+    x.bias = bias != NULL ? bias->data : NULL, x.bs = bias != NULL ? bias->strides[0] : 0;
+    const nk_gemm_isa *isa = current_isa();
+    x.mr = isa->mr, x.nr = isa->nr, x.ukr = isa->ukr;
+    x.avx2 = strcmp(isa->name, "generic") != 0;
+    x.tiles_h = (x.OH + WO - 1) / WO, x.tiles_w = (x.OW + WO - 1) / WO;
+    x.tiles = x.N * x.tiles_h * x.tiles_w;
+    x.ocp = (x.OC + x.mr - 1) / x.mr * x.mr;
+    x.apan = (x.C * x.mr + 15) / 16 * 16;
+    x.tb = block_tiles(x.tiles, x.nr, nk_threads_get());
+    x.np = x.tb / x.nr;
+    x.status = NK_SUCCESS;
+    /* The 36 slices of U, V and M are one cache line further apart than they need to be: slices a power
+     * of two apart (128 KB for V at 512 channels) put all 36 streams of a transform in one cache set. */
+    x.uxs = x.ocp / x.mr * x.apan + 16, x.vxs = x.np * x.C * x.nr + 16, x.mxs = x.ocp * x.tb + 16;
+    x.U = scratch_get(&t_weight, (size_t)(WX * x.uxs));
+    if (x.U == NULL) return NK_NO_MEMORY;
+#if WINO_HAVE_AVX2
+    nk_parallel_for(x.ocp / x.mr, 1, x.avx2 ? weight_range_avx2 : weight_range, &x);
+#else
+    nk_parallel_for(x.ocp / x.mr, 1, weight_range, &x);
+#endif
+    const int64_t blocks = (x.tiles + x.tb - 1) / x.tb, threads = nk_threads_get();
+    x.osplit = blocks % threads != 0 && blocks < 4 * threads ? threads : 1;
+    if (x.osplit > x.ocp / x.mr) x.osplit = x.ocp / x.mr;
+    nk_parallel_for(blocks * x.osplit, 1, block_range, &x);
+    scratch_trim(&t_weight);
+    return x.status;
+}
