@@ -94,46 +94,50 @@ typedef struct wino_ctx {
 
 /* ---- weight: U = G g G^T, stored as the micro-kernel's packed A panels ---------------------------- */
 
-/* G x for one kernel row or column of 3 values; divisions as products (a divide per value cost the weight
- * transform a quarter of a 512-channel convolution's time). */
-WINO_INLINE void g3(float g0, float g1, float g2, float *o, int step) {
-    const float sixth = 1.f / 6.f, twelfth = 1.f / 12.f, t24 = 1.f / 24.f;
-    o[0] = g0 * 0.25f;
-    o[step] = -(g0 + g1 + g2) * sixth;
-    o[2 * step] = -(g0 - g1 + g2) * sixth;
-    o[3 * step] = g0 * t24 + g1 * twelfth + g2 * sixth;
-    o[4 * step] = g0 * t24 - g1 * twelfth + g2 * sixth;
-    o[5 * step] = g2;
-}
-
 /* A panels [begin, end) of every U[xi], WC input channels at a time through a local buffer, so each of the
  * 36 destinations gets whole cache lines in order (stores spread over 36 streams one float at a time
- * missed on every line: 3/4 of the weight transform's time). */
+ * missed on every line: 3/4 of the weight transform's time). The lanes are 8 output channels of a panel,
+ * whose values lie side by side in the packed layout: lanes past the panel's mr rows spill into the next
+ * channel's slots (or the buffer's slack), which later stores overwrite. Vector lanes and products for
+ * G's divisions: the scalar loop with divides had been half of a 512-channel 16x16 convolution's time. */
 #define WC 8
 WINO_INLINE void weight_panels(const wino_ctx *x, int64_t begin, int64_t end) {
     const int64_t mr = x->mr;
-    float buf[WX][WC * NK_GEMM_MR_MAX];
+    float buf[WX][WC * NK_GEMM_MR_MAX + LN];
+    const v8 q = splat(0.25f), sixth = splat(1.f / 6.f), twelfth = splat(1.f / 12.f), t24 = splat(1.f / 24.f);
+#define G3V(g0, g1, g2, o, step)                                  \
+    do {                                                          \
+        const v8 a0 = (g0), a1 = (g1), a2 = (g2);                 \
+        (o)[0] = a0 * q;                                          \
+        (o)[(step)] = -(a0 + a1 + a2) * sixth;                    \
+        (o)[2 * (step)] = -(a0 - a1 + a2) * sixth;                \
+        (o)[3 * (step)] = a0 * t24 + a1 * twelfth + a2 * sixth;   \
+        (o)[4 * (step)] = a0 * t24 - a1 * twelfth + a2 * sixth;   \
+        (o)[5 * (step)] = a2;                                     \
+    } while (0)
     for (int64_t ob = begin; ob < end; ob++)
         for (int64_t c0 = 0; c0 < x->C; c0 += WC) {
             const int64_t cn = x->C - c0 < WC ? x->C - c0 : WC;
             for (int64_t c = 0; c < cn; c++)
-                for (int64_t r = 0; r < mr; r++) {
-                    const int64_t oc = ob * mr + r;
-                    float u[WX];
-                    if (oc >= x->OC) {
-                        memset(u, 0, sizeof u); /* padding rows of the last panel: their products are never read */
-                    } else {
-                        const float *g = x->wt + oc * x->wso + (c0 + c) * x->wsc;
-                        float t[WT * 3]; /* G g: t[i*3 + j] */
-                        for (int j = 0; j < 3; j++)
-                            g3(g[j * x->wsw], g[x->wsh + j * x->wsw], g[2 * x->wsh + j * x->wsw], t + j, 3);
-                        for (int i = 0; i < WT; i++) g3(t[i * 3], t[i * 3 + 1], t[i * 3 + 2], u + i * WT, 1);
+                for (int64_t r0 = 0; r0 < mr; r0 += LN) {
+                    float g[9][LN];
+                    for (int l = 0; l < LN; l++) {
+                        const int64_t oc = ob * mr + r0 + l;
+                        /* rows past OC (the last panel's padding) are zeros: their products are never read */
+                        const bool live = r0 + l < mr && oc < x->OC;
+                        const float *p = live ? x->wt + oc * x->wso + (c0 + c) * x->wsc : NULL;
+                        for (int i = 0; i < 3; i++)
+                            for (int j = 0; j < 3; j++) g[i * 3 + j][l] = live ? p[i * x->wsh + j * x->wsw] : 0.f;
                     }
-                    for (int xi = 0; xi < WX; xi++) buf[xi][c * mr + r] = u[xi];
+                    v8 t[WT * 3], u[WX]; /* G g: t[i*3 + j]; G g G^T: u[i*6 + k] */
+                    for (int j = 0; j < 3; j++) G3V(ld8(g[j]), ld8(g[3 + j]), ld8(g[6 + j]), t + j, 3);
+                    for (int i = 0; i < WT; i++) G3V(t[i * 3], t[i * 3 + 1], t[i * 3 + 2], u + i * WT, 1);
+                    for (int xi = 0; xi < WX; xi++) st8(buf[xi] + c * mr + r0, u[xi]);
                 }
             for (int xi = 0; xi < WX; xi++)
                 memcpy(x->U + xi * x->uxs + ob * x->apan + c0 * mr, buf[xi], (size_t)(cn * mr) * sizeof(float));
         }
+#undef G3V
 }
 
 static void weight_range(void *vctx, int64_t begin, int64_t end) {
