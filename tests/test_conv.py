@@ -256,8 +256,9 @@ def test_winograd_channels_last_weight_groups_empty():
 
 def test_winograd_accuracy_at_vae_width():
     """At a VAE decoder's 256 channels (scaled weights, as a trained network has), the transforms' rounding
-    stays within the fp32 tolerance of CPU. F(4x4, 3x3) is measured 30-50x further from the float64 result than
-    CPU's direct convolution (4e-5 here, 1e-4 at 512 channels): bounded at 60x so a worse transform shows."""
+    stays within the fp32 tolerance of CPU. F(4x4, 3x3) at the points 0, +-1, 1/2, -2 is measured 10-16x further
+    from the float64 result than CPU's direct convolution (the usual 0, +-1, +-2 were 30-50x): bounded at 25x so
+    a worse transform shows."""
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(1, 256, 20, 20, generator=gen)
     w = torch.randn(256, 256, 3, 3, generator=gen) / (9 * 256) ** 0.5
@@ -267,7 +268,7 @@ def test_winograd_accuracy_at_vae_width():
         want = F.conv2d(x, w, b, padding=1)
         ref = F.conv2d(x.double(), w.double(), b.double(), padding=1)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    assert (got.double() - ref).abs().max() <= 60 * max((want.double() - ref).abs().max().item(), 1e-6)
+    assert (got.double() - ref).abs().max() <= 25 * max((want.double() - ref).abs().max().item(), 1e-6)
 
 
 @pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="Winograd is measured only with SIMD micro-kernels")

@@ -50,13 +50,13 @@ bool winograd_fits(const Geometry& g, at::ScalarType st) {
 // weight to 4x its size on every call, a memory-bound pass that only a large enough image amortises: the
 // rule is in 4x4 output tiles (all images) and in the transformed weight's size. Measured on a 2-core Zen 4
 // (AVX-512 micro-kernels; oneDNN's AVX-512 kernel), one thread, ms CPU/Winograd (median of 5 alternating
-// rounds): 512->512 at 16x16 (16 tiles) 12.8/15.6, 320->320 at 16x16 5.6/8.0, N2 640->640 at 16x16 (32 tiles)
+// rounds, the 0, +-1, +-2 points): 512->512 at 16x16 (16 tiles) 12.8/15.6, 320->320 at 16x16 5.6/8.0, N2 640->640 at 16x16 (32 tiles)
 // 36.3/26.9, N2 512->512 at 16x16 23.1/15.5, 512->512 at 24x24 (36 tiles) 26.2/23.6 (two threads 0.97-1.11x),
 // at 32x32 (64 tiles) 45.0/24.5; N2 1280->1280 at 16x16 175/218 and at 32x32 1.0-1.07x (a 236 MB transformed
 // weight). 64 tiles leaves a margin over the 32-36 where it starts to pay. The AVX2 micro-kernel against
 // oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2) on the same CPU gave the same picture (before the weight
 // transform was vectorised): 512->512 at 16x16 12.9/18.6, 640 N2 at 16x16 39.5/41, 512 at 32x32 48/32, at
-// 64x64 192/88. Two-thread figures for the VAE and UNet shapes are in DEVELOPING.md (1.8-2.4x). Only measured
+// 64x64 192/88. Two-thread figures for the VAE and UNet shapes are in DEVELOPING.md (1.8-2.5x). Only measured
 // with the AVX2 and AVX-512 micro-kernels, and for >= 64 channels.
 bool winograd_pays(const Geometry& g) {
   static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;

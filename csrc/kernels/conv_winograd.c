@@ -11,8 +11,8 @@
  * U, and transforms its block of M back into the output while it is still in cache. The weight is
  * transformed once per call, already in the micro-kernel's packed A layout.
  *
- * F(4x4, 3x3) rather than F(2x2, 3x3) (2.25x fewer multiplies) or F(6x6, 3x3): see DEVELOPING.md for the
- * measured error; F(4, 3)'s stays well inside the fp32 tolerance of the tests at 512-1280 channels.
+ * F(4x4, 3x3) rather than F(6x6, 3x3), whose error grows past the fp32 tolerance; F(2x2, 3x3) (2.25x fewer
+ * multiplies, more accurate) was not needed: F(4, 3)'s error (DEVELOPING.md) stays inside that tolerance.
  */
 #include "gemm_internal.h"
 
@@ -47,28 +47,41 @@ WINO_INLINE v8 splat(float f) {
     return (v8){f, f, f, f, f, f, f, f};
 }
 
-/* B^T x for one 6-vector (of 8 lanes each), in place. */
-WINO_INLINE void bt6(v8 *r0, v8 *r1, v8 *r2, v8 *r3, v8 *r4, v8 *r5) {
-    const v8 x0 = *r0, x1 = *r1, x2 = *r2, x3 = *r3, x4 = *r4, x5 = *r5;
-    const v8 four = splat(4.f), five = splat(5.f), two = splat(2.f);
-    const v8 a = x4 - four * x2, b = x3 - four * x1; /* shared by rows 1 and 2 */
-    const v8 c = x4 - x2, d = two * (x3 - x1);     /* shared by rows 3 and 4 */
-    *r0 = four * x0 - five * x2 + x4;
-    *r1 = a + b;
-    *r2 = a - b;
-    *r3 = c + d;
-    *r4 = c - d;
-    *r5 = four * x1 - five * x3 + x5;
-}
+/*
+ * The transforms interpolate at 0, 1, -1, 1/2, -2 and infinity rather than the usual 0, +-1, +-2: simulated
+ * in fp32 over 256 channels of unit inputs (weights scaled by 1/sqrt(9C)), the largest error against float64
+ * fell from 3.4e-5 to 1.1e-5 and the mean from 8.7e-6 to 4.4e-6 (+-1/2 alone: 2.8e-5; 1/2 and 2: 3.1e-5).
+ * Matrices from the Lagrange basis of those points (B^T rows: the basis polynomials' coefficients).
+ */
+static const float WBT[WT][WT] = {
+    {1.f, -1.5f, -2.f, 1.5f, 1.f, 0.f}, {0.f, -1.f, 0.5f, 2.5f, 1.f, 0.f}, {0.f, 1.f, -2.5f, 0.5f, 1.f, 0.f},
+    {0.f, -2.f, -1.f, 2.f, 1.f, 0.f},   {0.f, 0.5f, -1.f, -0.5f, 1.f, 0.f}, {0.f, 1.f, -1.5f, -2.f, 1.5f, 1.f},
+};
+static const float WAT[WO][WT] = {
+    {1.f, 1.f, 1.f, 1.f, 1.f, 0.f},
+    {0.f, 1.f, -1.f, 0.5f, -2.f, 0.f},
+    {0.f, 1.f, 1.f, 0.25f, 4.f, 0.f},
+    {0.f, 1.f, -1.f, 0.125f, -8.f, 1.f},
+};
 
-/* A^T x: 6 values to 4. */
-WINO_INLINE void at6(const v8 x[6], v8 y[4]) {
-    const v8 s12 = x[1] + x[2], d12 = x[1] - x[2], s34 = x[3] + x[4], d34 = x[3] - x[4];
-    y[0] = x[0] + s12 + s34;
-    y[1] = d12 + splat(2.f) * d34;
-    y[2] = s12 + splat(4.f) * s34;
-    y[3] = d12 + splat(8.f) * d34 + x[5];
-}
+/* out[i * os] = sum_k mat[i][k] in[k * is] for a constant rows x cols matrix: unrolled, the zero entries
+ * drop out at compile time (the first nonzero term starts the sum, so no 0 + x is left) and the units fold. */
+#define WINO_MATVEC(mat, rows, cols, in, is, out, os)                            \
+    do {                                                                         \
+        _Pragma("GCC unroll 6") for (int i_ = 0; i_ < (rows); i_++) {           \
+            v8 acc_ = splat(0.f);                                                \
+            bool first_ = true;                                                  \
+            _Pragma("GCC unroll 6") for (int k_ = 0; k_ < (cols); k_++) {        \
+                const float m_ = (mat)[i_][k_];                                  \
+                if (m_ == 0.f) continue;                                         \
+                const v8 t_ = m_ == 1.f ? (in)[k_ * (is)]                        \
+                                        : (m_ == -1.f ? -(in)[k_ * (is)] : splat(m_) * (in)[k_ * (is)]); \
+                acc_ = first_ ? t_ : acc_ + t_;                                  \
+                first_ = false;                                                  \
+            }                                                                    \
+            (out)[i_ * (os)] = acc_;                                             \
+        }                                                                        \
+    } while (0)
 
 typedef struct wino_ctx {
     int64_t N, C, H, W, OC, OH, OW, ph, pw;
@@ -94,6 +107,19 @@ typedef struct wino_ctx {
 
 /* ---- weight: U = G g G^T, stored as the micro-kernel's packed A panels ---------------------------- */
 
+/* G x for x = (a0, a1, a2), G's rows (1, 0, 0), (1, 1, 1)/3, (-1, 1, -1)/3, (-16, -8, -4)/15, (1, -2, 4)/15,
+ * (0, 0, 1) with their common factors taken out (as a constant matrix-vector product the weight transform
+ * cost a 512->512 convolution at 32x32 ~10% more). */
+WINO_INLINE void g_times(v8 a0, v8 a1, v8 a2, v8 *o, int step) {
+    const v8 s = a0 + a2, third = splat(1.f / 3), m4_15 = splat(-4.f / 15), p1_15 = splat(1.f / 15);
+    o[0] = a0;
+    o[step] = (s + a1) * third;
+    o[2 * step] = (a1 - s) * third;
+    o[3 * step] = (splat(4.f) * a0 + splat(2.f) * a1 + a2) * m4_15;
+    o[4 * step] = (a0 - splat(2.f) * a1 + splat(4.f) * a2) * p1_15;
+    o[5 * step] = a2;
+}
+
 /* A panels [begin, end) of every U[xi], WC input channels at a time through a local buffer, so each of the
  * 36 destinations gets whole cache lines in order (stores spread over 36 streams one float at a time
  * missed on every line: 3/4 of the weight transform's time). The lanes are 8 output channels of a panel,
@@ -104,17 +130,6 @@ typedef struct wino_ctx {
 WINO_INLINE void weight_panels(const wino_ctx *x, int64_t begin, int64_t end) {
     const int64_t mr = x->mr;
     float buf[WX][WC * NK_GEMM_MR_MAX + LN];
-    const v8 q = splat(0.25f), sixth = splat(1.f / 6.f), twelfth = splat(1.f / 12.f), t24 = splat(1.f / 24.f);
-#define G3V(g0, g1, g2, o, step)                                  \
-    do {                                                          \
-        const v8 a0 = (g0), a1 = (g1), a2 = (g2);                 \
-        (o)[0] = a0 * q;                                          \
-        (o)[(step)] = -(a0 + a1 + a2) * sixth;                    \
-        (o)[2 * (step)] = -(a0 - a1 + a2) * sixth;                \
-        (o)[3 * (step)] = a0 * t24 + a1 * twelfth + a2 * sixth;   \
-        (o)[4 * (step)] = a0 * t24 - a1 * twelfth + a2 * sixth;   \
-        (o)[5 * (step)] = a2;                                     \
-    } while (0)
     for (int64_t ob = begin; ob < end; ob++)
         for (int64_t c0 = 0; c0 < x->C; c0 += WC) {
             const int64_t cn = x->C - c0 < WC ? x->C - c0 : WC;
@@ -129,15 +144,15 @@ WINO_INLINE void weight_panels(const wino_ctx *x, int64_t begin, int64_t end) {
                         for (int i = 0; i < 3; i++)
                             for (int j = 0; j < 3; j++) g[i * 3 + j][l] = live ? p[i * x->wsh + j * x->wsw] : 0.f;
                     }
-                    v8 t[WT * 3], u[WX]; /* G g: t[i*3 + j]; G g G^T: u[i*6 + k] */
-                    for (int j = 0; j < 3; j++) G3V(ld8(g[j]), ld8(g[3 + j]), ld8(g[6 + j]), t + j, 3);
-                    for (int i = 0; i < WT; i++) G3V(t[i * 3], t[i * 3 + 1], t[i * 3 + 2], u + i * WT, 1);
+                    v8 gv[9], t[WT * 3], u[WX]; /* g[i*3 + j]; G g: t[i*3 + j]; G g G^T: u[i*6 + k] */
+                    for (int k = 0; k < 9; k++) gv[k] = ld8(g[k]);
+                    for (int j = 0; j < 3; j++) g_times(gv[j], gv[3 + j], gv[6 + j], t + j, 3);
+                    for (int i = 0; i < WT; i++) g_times(t[i * 3], t[i * 3 + 1], t[i * 3 + 2], u + i * WT, 1);
                     for (int xi = 0; xi < WX; xi++) st8(buf[xi] + c * mr + r0, u[xi]);
                 }
             for (int xi = 0; xi < WX; xi++)
                 memcpy(x->U + xi * x->uxs + ob * x->apan + c0 * mr, buf[xi], (size_t)(cn * mr) * sizeof(float));
         }
-#undef G3V
 }
 
 static void weight_range(void *vctx, int64_t begin, int64_t end) {
@@ -191,11 +206,11 @@ WINO_INLINE void input_lanes(const wino_ctx *x, float *V, int64_t p, int64_t l0,
                 }
             }
         }
-        v8 r[WT][WT];
+        v8 q[WT][WT], t[WT][WT], r[WT][WT];
         for (int i = 0; i < WT; i++)
-            for (int j = 0; j < WT; j++) r[i][j] = ld8(d[i][j]);
-        for (int j = 0; j < WT; j++) bt6(&r[0][j], &r[1][j], &r[2][j], &r[3][j], &r[4][j], &r[5][j]);
-        for (int i = 0; i < WT; i++) bt6(&r[i][0], &r[i][1], &r[i][2], &r[i][3], &r[i][4], &r[i][5]);
+            for (int j = 0; j < WT; j++) q[i][j] = ld8(d[i][j]);
+        for (int j = 0; j < WT; j++) WINO_MATVEC(WBT, WT, WT, &q[0][j], WT, &t[0][j], WT); /* B^T d */
+        for (int i = 0; i < WT; i++) WINO_MATVEC(WBT, WT, WT, t[i], 1, r[i], 1);          /* (B^T d) B */
         for (int i = 0; i < WT; i++)
             for (int j = 0; j < WT; j++) st8(V + (i * WT + j) * x->vxs + (p * C + c) * nr + l0, r[i][j]);
     }
@@ -211,17 +226,12 @@ WINO_INLINE void output_lanes(const wino_ctx *x, const float *M, int64_t col, in
     for (int64_t oc = oc0; oc < oc1; oc++) {
         v8 m[WX], t[WO][WT];
         for (int xi = 0; xi < WX; xi++) m[xi] = ld8(M + xi * x->mxs + oc * tb + col);
-        for (int j = 0; j < WT; j++) {
-            const v8 colv[6] = {m[j], m[WT + j], m[2 * WT + j], m[3 * WT + j], m[4 * WT + j], m[5 * WT + j]};
-            v8 y[WO];
-            at6(colv, y);
-            for (int i = 0; i < WO; i++) t[i][j] = y[i];
-        }
+        for (int j = 0; j < WT; j++) WINO_MATVEC(WAT, WO, WT, &m[j], WT, &t[0][j], WT); /* A^T m */
         float y[WO][WO][LN];
         const v8 b = splat(x->bias != NULL ? x->bias[oc * x->bs] : 0.f);
         for (int i = 0; i < WO; i++) {
             v8 o[WO];
-            at6(t[i], o);
+            WINO_MATVEC(WAT, WO, WT, t[i], 1, o, 1); /* (A^T m) A */
             for (int j = 0; j < WO; j++) st8(y[i][j], o[j] + b);
         }
         for (int l = 0; l < nl; l++) {
