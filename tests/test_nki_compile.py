@@ -1471,8 +1471,12 @@ def test_int_transcendentals_replay(monkeypatch, dtype, shape):
             _same(out[0][k], ref[0][k])
         else:
             assert _ulps_close(out[0][k], ref[0][k], 4), k
-    # the integer stores round a value a few ulps apart: equal unless it sits on a .5 boundary (none here)
-    _same(out[1], ref[1])
+    # The integer stores round a value a few ulps apart: equal unless it sits on a .5 boundary (none here),
+    # or unless the value passes 2^53, where one float64 ulp is more than 1 (a 31^12 power: numpy's AVX-512
+    # pow and <math.h>'s differ by one ulp, 32, on a Zen 4); there, within 4 float64 ulps.
+    big = ref[1].double().abs() >= 2.0**53
+    _same(out[1][~big], ref[1][~big])
+    assert _ulps_close(out[1][big].double(), ref[1][big].double(), 4)
     assert _ulps_close(out[2], ref[2], 2) and _ulps_close(out[3], ref[3], 2)
     xd = x.double()
     if dtype in (torch.int32, torch.int64):  # float64 math, rounded once to fp32
