@@ -190,7 +190,7 @@ def test_onednn_route_hands_channels_last_and_equals_cpu(dtype, geom, monkeypatc
     assert torch.equal(got.cpu(), want)
 
 
-# ---- Winograd F(4x4, 3x3) (kernels/conv_winograd.c): fp32 3x3 stride-1 forwards ---------------------------
+# ---- Winograd F(4x4, 3x3) (kernels/conv_winograd.c): fp32/bf16/fp16 3x3 stride-1 forwards ------------------
 
 def _layout(x, form):
     """x (N, C, H, W) in another memory layout with the same values."""
@@ -199,7 +199,7 @@ def _layout(x, form):
     if form == "permuted":  # H and W swapped in memory: a transposed view
         return x.transpose(2, 3).contiguous().transpose(2, 3)
     if form == "sliced":  # every other channel and column of a wider tensor
-        big = torch.zeros(x.shape[0], 2 * x.shape[1], x.shape[2], 2 * x.shape[3])
+        big = x.new_zeros(x.shape[0], 2 * x.shape[1], x.shape[2], 2 * x.shape[3])
         big[:, ::2, :, ::2] = x
         return big[:, ::2, :, ::2]
     return x
@@ -232,6 +232,30 @@ def test_winograd_forward_equals_cpu(case, form, bias):
     assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
         memory_format=torch.channels_last)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("form", ["contiguous", "channels_last", "permuted", "sliced"])
+@pytest.mark.parametrize("case", range(len(WINO_CASES)))
+def test_winograd_half_forward_equals_cpu(case, form, dtype):
+    """bf16/fp16 through Winograd: widened to fp32 in the transforms, computed in fp32, rounded once into the
+    output, as CPU's convolution accumulates in fp32 and rounds once: within the dtype's tolerance of CPU's
+    convolution of the same values, for the fp32 cases' shapes and layouts (bias every other case)."""
+    n, c, h, w_, oc, pad = WINO_CASES[case]
+    gen = torch.Generator().manual_seed(case)
+    x = torch.randn(n, c, h, w_, generator=gen).to(dtype)
+    w = (torch.randn(oc, c, 3, 3, generator=gen) / (9 * c) ** 0.5).to(dtype)
+    b = torch.randn(oc, generator=gen).to(dtype) if case % 2 == 0 else None
+    xf = _layout(x, form)
+    before = native("aten::convolution_overrideable")
+    with torch.no_grad():
+        got = F.conv2d(xf.to("neuron"), w.to("neuron"), b.to("neuron") if b is not None else None, padding=pad)
+        want = F.conv2d(xf, w, b, padding=pad)
+    assert native("aten::convolution_overrideable") == before + 1
+    assert got.dtype == dtype
+    assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
+        memory_format=torch.channels_last)
+    torch.testing.assert_close(got.cpu().float(), want.float(), **TOL[dtype])
 
 
 def test_winograd_channels_last_weight_groups_empty():
@@ -297,3 +321,20 @@ def test_default_takes_winograd_for_vae_like_shapes(form, monkeypatch):
         before = native("aten::convolution_overrideable")
         F.conv2d(xn, wn, bn, padding=1)
         assert native("aten::convolution_overrideable") == before
+
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="Winograd is measured only with SIMD micro-kernels")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_default_takes_winograd_for_vae_like_half_shapes(dtype, monkeypatch):
+    """By default a bf16/fp16 VAE-like 3x3 convolution (128 channels at 64x64) runs the Winograd kernel, with or
+    without oneDNN's bf16/fp16 kernels on the CPU, within the dtype's tolerance of CPU."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(1, 128, 64, 64, generator=gen).to(dtype)
+    w, b = (torch.randn(128, 128, 3, 3, generator=gen) / 34).to(dtype), torch.randn(128, generator=gen).to(dtype)
+    with torch.no_grad():
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), padding=1)
+        assert native("aten::convolution_overrideable") == before + 1
+        torch.testing.assert_close(got.cpu().float(), F.conv2d(x, w, b, padding=1).float(), **TOL[dtype])

@@ -1,8 +1,8 @@
 // Native 2-D convolution for the neuron device (convolution_overrideable and its backward): im2col
 // (kernels/conv.c) and one GEMM per image and group, fp32 accumulation, inputs in any strides, outputs
-// in the memory format CPU gives them; fp32 3x3 stride-1 forwards on large enough images by Winograd
-// F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays). Transposed, 1-D/3-D and other
-// dtypes run PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
+// in the memory format CPU gives them; 3x3 stride-1 forwards (fp32/bf16/fp16) on large enough images by
+// Winograd F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays). Transposed, 1-D/3-D and other dtypes run
+// PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
 #include <ATen/Context.h>
@@ -40,9 +40,11 @@ struct Geometry {
   bool winograd;   // the forward runs the Winograd kernel (kernels/conv_winograd.c)
 };
 
-// Whether the Winograd kernel can take the convolution: fp32, 3x3, stride 1, dilation 1 (any padding, groups).
+// Whether the Winograd kernel can take the convolution: fp32/bf16/fp16 (bf16/fp16 computed in fp32 and rounded
+// once, as CPU's oneDNN kernel does), 3x3, stride 1, dilation 1 (any padding, groups).
 bool winograd_fits(const Geometry& g, at::ScalarType st) {
-  return st == at::kFloat && g.kh == 3 && g.kw == 3 && g.s[0] == 1 && g.s[1] == 1 && g.d[0] == 1 && g.d[1] == 1;
+  return (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf) && g.kh == 3 && g.kw == 3 && g.s[0] == 1 &&
+         g.s[1] == 1 && g.d[0] == 1 && g.d[1] == 1;
 }
 
 // Whether F(4x4, 3x3) Winograd beats the route the convolution takes otherwise (oneDNN's direct kernel, or
@@ -58,7 +60,11 @@ bool winograd_fits(const Geometry& g, at::ScalarType st) {
 // transform was vectorised): 512->512 at 16x16 12.9/18.6, 640 N2 at 16x16 39.5/41, 512 at 32x32 48/32, at
 // 64x64 192/88. Two-thread figures for the VAE and UNet shapes are in DEVELOPING.md (1.8-2.5x). Only measured
 // with the AVX2 and AVX-512 micro-kernels, and for >= 64 channels.
-bool winograd_pays(const Geometry& g) {
+// bf16/fp16 where CPU has no oneDNN kernel for them (an AVX2 CPU: cpu_conv_on_onednn false) would otherwise
+// run the im2col kernel, itself slower than oneDNN's fp32 AVX2 kernel (0.42-0.75x, im2col_pays), so the fp32
+// rule measured against oneDNN is conservative there; Winograd widens to fp32 just as that path's GEMM does.
+bool winograd_pays(const Geometry& g, at::ScalarType st) {
+  (void)st;
   static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
   if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64 || g.Cg * g.OCg > 640 * 640) return false;
   const int64_t tiles = g.N * ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
@@ -121,7 +127,7 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
     g->winograd = fits && force[0] != '0';
     return force[0] != '0';
   }
-  g->winograd = fits && (wino_set || winograd_pays(*g));
+  g->winograd = fits && (wino_set || winograd_pays(*g, st));
   return g->pointwise || g->winograd || im2col_pays(*g, st);
 }
 
@@ -265,8 +271,9 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
       at::Tensor xi = g.groups == 1 ? input : input.narrow(1, grp * g.Cg, g.Cg);
       at::Tensor wi = g.groups == 1 ? weight : weight.narrow(0, grp * g.OCg, g.OCg);
       at::Tensor oi = g.groups == 1 ? out : out.narrow(1, grp * g.OCg, g.OCg);
-      nk_tensor o = nk_desc(oi, op), x = nk_desc(xi, op), w = nk_desc(wi, op), b{};
+      nk_tensor o = nk_desc(oi, op), x = nk_desc(xi, op), b{};
       if (has_bias) b = nk_desc(g.groups == 1 ? *bias : bias->narrow(0, grp * g.OCg, g.OCg), op);
+      nk_tensor w = nk_desc(wi, op);
       check(nk_conv3x3_winograd(&o, &x, &w, has_bias ? &b : nullptr, g.p), op, input);
     }
     return out;

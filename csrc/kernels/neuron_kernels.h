@@ -121,13 +121,26 @@ nk_status nk_col2im(const nk_tensor *img, const nk_tensor *col, const int64_t ke
 /*
  * out = conv2d(in, weight) + bias for a 3x3 kernel, stride 1, dilation 1, zero padding `padding` (rows, cols),
  * by Winograd's F(4x4, 3x3) (conv_winograd.c). in [N, C, H, W], weight [OC, C, 3, 3], out [N, OC, H + 2*ph - 2,
- * W + 2*pw - 2], bias [OC] or NULL; any strides (channels-last and permuted views need no copy). F32 only
- * (else NK_UNSUPPORTED); NK_INVALID on a shape mismatch; NK_NO_MEMORY without host scratch (the transformed
+ * W + 2*pw - 2], bias [OC] or NULL; any strides (channels-last and permuted views need no copy). One dtype
+ * for all of them, F32, BF16 or F16 (else NK_UNSUPPORTED): bf16/fp16 are widened to fp32, computed in fp32 and
+ * rounded once into out. NK_INVALID on a shape mismatch; NK_NO_MEMORY without host scratch (the transformed
  * weight, 36 * OC * C floats, and a block of transformed tiles per thread). Not bit-equal to a direct
  * convolution: the transforms add a rounding error that grows with the values' spread (see DEVELOPING.md).
  */
 nk_status nk_conv3x3_winograd(const nk_tensor *out, const nk_tensor *in, const nk_tensor *weight,
                               const nk_tensor *bias, const int64_t padding[2]);
+/*
+ * The same convolution split in two, for a weight used by many calls: nk_conv3x3_winograd_weight transforms
+ * weight [OC, C, 3, 3] (F32/BF16/F16, any strides) into u, a 64-byte aligned buffer of at least
+ * nk_conv3x3_winograd_weight_bytes(OC, C) bytes (fp32 values plus a header naming the shape and micro-kernel);
+ * nk_conv3x3_winograd_pretransformed then runs on it for in/out/bias of one float dtype (any of the three,
+ * whatever the weight's was). A u made for other channel counts or another micro-kernel family: NK_INVALID.
+ * Results equal nk_conv3x3_winograd's bit for bit.
+ */
+size_t nk_conv3x3_winograd_weight_bytes(int64_t oc, int64_t c);
+nk_status nk_conv3x3_winograd_weight(void *u, size_t bytes, const nk_tensor *weight);
+nk_status nk_conv3x3_winograd_pretransformed(const nk_tensor *out, const nk_tensor *in, const void *u, size_t bytes,
+                                             const nk_tensor *bias, const int64_t padding[2]);
 /* The micro-kernel family in use ("avx512", "avx2", "generic"). */
 const char *nk_gemm_isa_name(void);
 /* Measured fp32 FMA throughput of this machine on all pool threads (GFLOP/s): a register-only FMA
