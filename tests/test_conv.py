@@ -299,10 +299,12 @@ def test_winograd_accuracy_at_vae_width():
 @pytest.mark.parametrize("form", ["contiguous", "channels_last"])
 def test_default_takes_winograd_for_vae_like_shapes(form, monkeypatch):
     """By default an fp32 3x3 convolution with >= 64 channels and >= 64 output tiles (a VAE decoder's) runs the
-    Winograd kernel (faster than oneDNN's direct kernel there), a smaller image stays on PyTorch's CPU kernel
+    Winograd kernel (faster than oneDNN's direct kernel there), and so does a 16x16 image (16 tiles) with the
+    transformed-weight cache on; a smaller image, or 16x16 with the cache off, stays on PyTorch's CPU kernel
     (bit-equal to CPU), and TORCH_NEURONX_CONV_WINOGRAD=0 turns it off."""
     monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
     monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", raising=False)
     gen = torch.Generator().manual_seed(11)
     x = _layout(torch.randn(1, 64, 32, 32, generator=gen), form)
     w, b = torch.randn(64, 64, 3, 3, generator=gen) / 24, torch.randn(64, generator=gen)
@@ -312,11 +314,18 @@ def test_default_takes_winograd_for_vae_like_shapes(form, monkeypatch):
         got = F.conv2d(xn, wn, bn, padding=1)
         assert native("aten::convolution_overrideable") == before + 1
         torch.testing.assert_close(got.cpu(), F.conv2d(x, w, b, padding=1), rtol=1e-4, atol=1e-4)
-        small = x[:, :, :16, :16]
+        mid, small = x[:, :, :16, :16], x[:, :, :8, :8]
         before = native("aten::convolution_overrideable")
-        got = F.conv2d(small.to("neuron"), wn, bn, padding=1)
-        assert native("aten::convolution_overrideable") == before
-        torch.testing.assert_close(got.cpu(), F.conv2d(small, w, b, padding=1), rtol=0, atol=0)
+        got = F.conv2d(mid.to("neuron"), wn, bn, padding=1)
+        assert native("aten::convolution_overrideable") == before + 1
+        torch.testing.assert_close(got.cpu(), F.conv2d(mid, w, b, padding=1), rtol=1e-4, atol=1e-4)
+        for img, cache in ((small, None), (mid, "0")):
+            if cache is not None:
+                monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", cache)
+            before = native("aten::convolution_overrideable")
+            got = F.conv2d(img.to("neuron"), wn, bn, padding=1)
+            assert native("aten::convolution_overrideable") == before
+            torch.testing.assert_close(got.cpu(), F.conv2d(img, w, b, padding=1), rtol=0, atol=0)
         monkeypatch.setenv("TORCH_NEURONX_CONV_WINOGRAD", "0")
         before = native("aten::convolution_overrideable")
         F.conv2d(xn, wn, bn, padding=1)
@@ -338,3 +347,82 @@ def test_default_takes_winograd_for_vae_like_half_shapes(dtype, monkeypatch):
         got = F.conv2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), padding=1)
         assert native("aten::convolution_overrideable") == before + 1
         torch.testing.assert_close(got.cpu().float(), F.conv2d(x, w, b, padding=1).float(), **TOL[dtype])
+
+
+# ---- the transformed-weight cache (WinoCache in neuron_ops_conv.cpp) -------------------------------------
+
+def _cache():
+    entries, nbytes, hits, misses = torch_neuronx._C._winograd_cache_info()
+    return dict(entries=entries, bytes=nbytes, hits=hits, misses=misses)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_winograd_cache_hits_equal_uncached_and_see_inplace_updates(dtype, monkeypatch):
+    """A weight's second call reuses its transformed weight and gives the uncached bits; an in-place update
+    (w.add_(1): the version counter) and a new weight in the same place are recomputed, never served stale."""
+    torch_neuronx._C._winograd_cache_clear()
+    gen = torch.Generator().manual_seed(21)
+    x = torch.randn(2, 16, 13, 11, generator=gen).to(dtype).to("neuron")
+    w = (torch.randn(24, 16, 3, 3, generator=gen) / 12).to(dtype).to("neuron")
+    b = torch.randn(24, generator=gen).to(dtype).to("neuron")
+
+    def uncached():
+        monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "0")
+        y = F.conv2d(x, w, b, padding=1).cpu()
+        monkeypatch.delenv("TORCH_NEURONX_WINOGRAD_CACHE_MB")
+        return y
+
+    with torch.no_grad():
+        ref = uncached()
+        c0 = _cache()
+        assert c0["entries"] == 0
+        first = F.conv2d(x, w, b, padding=1).cpu()
+        c = _cache()
+        assert c["entries"] == 1 and c["misses"] == c0["misses"] + 1
+        second = F.conv2d(x, w, b, padding=1).cpu()
+        assert _cache()["hits"] == c["hits"] + 1
+        assert torch.equal(first, ref) and torch.equal(second, ref)
+        w.add_(1)
+        ref2 = uncached()
+        c = _cache()
+        got = F.conv2d(x, w, b, padding=1).cpu()
+        assert _cache()["misses"] == c["misses"] + 1 and _cache()["entries"] == 1  # the old version's entry went
+        assert torch.equal(got, ref2) and not torch.equal(got, ref)
+        w.copy_((torch.randn(24, 16, 3, 3, generator=gen) / 12).to(dtype))  # load_state_dict's way
+        ref3 = uncached()
+        assert torch.equal(F.conv2d(x, w, b, padding=1).cpu(), ref3)
+        # a view of the weight (another offset) is its own entry
+        got = F.conv2d(x, w[8:], b[8:], padding=1).cpu()
+        monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "0")
+        assert torch.equal(got, F.conv2d(x, w[8:], b[8:], padding=1).cpu())
+
+
+def test_winograd_cache_drops_freed_weights_and_stays_bounded(monkeypatch):
+    """The entry of a freed weight goes (its storage expired), and the cache never holds more bytes than
+    TORCH_NEURONX_WINOGRAD_CACHE_MB: least recently used entries are evicted."""
+    torch_neuronx._C._winograd_cache_clear()
+    x = torch.randn(1, 64, 12, 12).to("neuron")
+    with torch.no_grad():
+        w = (torch.randn(64, 64, 3, 3) / 24).to("neuron")
+        F.conv2d(x, w, padding=1)
+        assert _cache()["entries"] == 1
+        del w
+        assert _cache()["entries"] == 0 and _cache()["bytes"] == 0
+        one = None
+        monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "2")  # ~3 transformed 64x64 weights (~0.6 MB each)
+        ws = [(torch.randn(64, 64, 3, 3) / 24).to("neuron") for _ in range(6)]
+        for i, w in enumerate(ws):
+            want = F.conv2d(x.cpu(), w.cpu(), padding=1)
+            torch.testing.assert_close(F.conv2d(x, w, padding=1).cpu(), want, rtol=1e-4, atol=1e-4)
+            c = _cache()
+            one = one or c["bytes"] // c["entries"]
+            assert c["bytes"] <= 2 << 20 and c["entries"] == min(i + 1, (2 << 20) // one)
+        # the most recent weight is still there (a hit), the first was evicted (a miss)
+        c = _cache()
+        F.conv2d(x, ws[-1], padding=1)
+        assert _cache()["hits"] == c["hits"] + 1
+        F.conv2d(x, ws[0], padding=1)
+        assert _cache()["misses"] == c["misses"] + 1 and _cache()["bytes"] <= 2 << 20
+        monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "0")  # off: emptied, nothing kept
+        F.conv2d(x, ws[1], padding=1)
+        assert _cache()["entries"] == 0

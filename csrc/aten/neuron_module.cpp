@@ -11,6 +11,8 @@ namespace torch_neuronx {
 std::map<std::string, std::pair<int64_t, int64_t>> op_counts();
 void reset_op_counts();
 int64_t exchange_cpu_bits_macs(int64_t macs);
+std::vector<int64_t> winograd_cache_info();
+void winograd_cache_clear();
 void register_process_group(pybind11::module& m);
 void route_composite_ops_to_cpu();
 }  // namespace torch_neuronx
@@ -101,6 +103,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cpu_bits_macs", [](int64_t macs) { return exchange_cpu_bits_macs(macs); });
   // GEMM: the micro-kernel family in use and the machine's measured fp32 FMA peak (benchmarks).
   m.def("_gemm_isa", [] { return std::string(nk_gemm_isa_name()); });
+  // The Winograd convolution's transformed-weight cache (neuron_ops_conv.cpp): [entries, bytes, hits, misses].
+  m.def("_winograd_cache_info", [] { return winograd_cache_info(); });
+  m.def("_winograd_cache_clear", [] { winograd_cache_clear(); });
   m.def("_fma_peak_gflops", [] {
     pybind11::gil_scoped_release no_gil;
     return nk_fma_peak_gflops();

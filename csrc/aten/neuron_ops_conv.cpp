@@ -1,8 +1,9 @@
 // Native 2-D convolution for the neuron device (convolution_overrideable and its backward): im2col
 // (kernels/conv.c) and one GEMM per image and group, fp32 accumulation, inputs in any strides, outputs
 // in the memory format CPU gives them; 3x3 stride-1 forwards (fp32/bf16/fp16) on large enough images by
-// Winograd F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays). Transposed, 1-D/3-D and other dtypes run
-// PyTorch's CPU convolution on the same memory (neuron_convolution_overrideable).
+// Winograd F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays), on a transformed weight kept between calls
+// (WinoCache). Transposed, 1-D/3-D and other dtypes run PyTorch's CPU convolution on the same memory
+// (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
 #include <ATen/Context.h>
@@ -11,6 +12,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+#include <array>
 
 namespace torch_neuronx {
 namespace {
@@ -60,15 +66,34 @@ bool winograd_fits(const Geometry& g, at::ScalarType st) {
 // transform was vectorised): 512->512 at 16x16 12.9/18.6, 640 N2 at 16x16 39.5/41, 512 at 32x32 48/32, at
 // 64x64 192/88. Two-thread figures for the VAE and UNet shapes are in DEVELOPING.md (1.8-2.5x). Only measured
 // with the AVX2 and AVX-512 micro-kernels, and for >= 64 channels.
+// The bound of the transformed-weight cache in bytes (WinoCache): TORCH_NEURONX_WINOGRAD_CACHE_MB (default 512;
+// 0: no cache), read per call (a convolution costs milliseconds) so tests can change it.
+size_t wino_cache_limit() {
+  const char* e = std::getenv("TORCH_NEURONX_WINOGRAD_CACHE_MB");
+  const long long mb = e != nullptr && e[0] != '\0' ? std::atoll(e) : 512;
+  return mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
+}
+
+// With the transformed weight reused from the cache, smaller images pay too. 2026-12-07, the 2-core Zen 4, 2
+// threads, 7 alternating rounds, CPU/neuron median [min-max], cached vs uncached: fp32 512->512 at 16x16 (16
+// tiles) 1.63x [0.85-2.43] vs 0.70x, at 24x24 1.64x vs 0.96x, 320->320 at 16x16 1.26x vs 0.54x, N2 640->640 at
+// 16x16 2.29x vs 1.10x; bf16 against oneDNN's AVX512-BF16 kernel only from 64 tiles (512->512 at 32x32 1.28x vs
+// 0.83x uncached; at 16x16 0.67x, at 24x24 0.78x, 320 at 16x16 0.65x even cached). fp16 (no oneDNN fp16 on Zen
+// 4: the im2col kernel otherwise) 1.6-3.2x cached from 16 tiles. So from 16 tiles where the cache is on and
+// holds at least 4 such weights (a pipeline cycling through more weights than fit misses every call: 0.5-0.7x
+// there), except bf16/fp16 that CPU runs on oneDNN.
 // bf16/fp16 where CPU has no oneDNN kernel for them (an AVX2 CPU: cpu_conv_on_onednn false) would otherwise
 // run the im2col kernel, itself slower than oneDNN's fp32 AVX2 kernel (0.42-0.75x, im2col_pays), so the fp32
-// rule measured against oneDNN is conservative there; Winograd widens to fp32 just as that path's GEMM does.
+// rule measured against oneDNN is conservative there; Winograd widens to fp32 just as that path's GEMM does
+// (on the Zen 4, fp16, which has no oneDNN kernel there: Winograd 3.0-3.9x the im2col kernel on the VAE/UNet
+// shapes above).
 bool winograd_pays(const Geometry& g, at::ScalarType st) {
-  (void)st;
   static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
   if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64 || g.Cg * g.OCg > 640 * 640) return false;
   const int64_t tiles = g.N * ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
-  return tiles >= 64;
+  if (tiles >= 64) return true;
+  const bool cached = wino_cache_limit() >= 4 * nk_conv3x3_winograd_weight_bytes(g.OCg, g.Cg);
+  return tiles >= 16 && cached && (st == at::kFloat || !cpu_conv_on_onednn(st));
 }
 
 // Whether the im2col + GEMM kernel should take a convolution that is not pointwise. im2col writes Cg*kh*kw
@@ -129,6 +154,137 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
   }
   g->winograd = fits && (wino_set || winograd_pays(*g, st));
   return g->pointwise || g->winograd || im2col_pays(*g, st);
+}
+
+// ---- transformed Winograd weights kept between calls ---------------------------------------------------------
+// Inference runs the same convolution weights at every step, and on a small image the weight transform (4x the
+// weight in fp32, a memory-bound pass) is what Winograd loses on. The cache keeps U per weight, keyed so that it
+// cannot be stale: a weak reference to the weight's StorageImpl (while it lives, the StorageImpl's memory is not
+// reused, so another tensor cannot take the key over; the data itself is freed with the last strong reference),
+// the storage's data pointer (a reallocated storage misses), the weight's version counter (in-place updates:
+// optimizer steps, load_state_dict, w.add_(1)), its offset, sizes, strides, dtype, device, and the micro-kernel
+// family (U's layout). Writes that bypass the version counter (through w.data or an external alias) are not
+// seen: TORCH_NEURONX_WINOGRAD_CACHE_MB=0 turns the cache off. Inference tensors have no version counter and
+// are never cached. Bounded in bytes (LRU); entries of freed weights are dropped on the next lookup.
+struct WinoEntry {
+  c10::weak_intrusive_ptr<c10::StorageImpl> storage;
+  const void* data;
+  int64_t version, offset;
+  std::array<int64_t, 4> sizes, strides;
+  at::ScalarType dtype;
+  c10::DeviceIndex device;
+  const char* isa;
+  std::shared_ptr<void> u;  // held by a running convolution too, so an eviction meanwhile cannot free it
+  size_t bytes;
+
+  WinoEntry(const at::Tensor& w, std::shared_ptr<void> buf, size_t n)
+      : storage(w.storage().getWeakStorageImpl()), data(w.storage().data()), version(w._version()),
+        offset(w.storage_offset()), dtype(w.scalar_type()), device(w.device().index()), isa(nk_gemm_isa_name()),
+        u(std::move(buf)), bytes(n) {
+    for (int i = 0; i < 4; ++i) sizes[i] = w.size(i), strides[i] = w.stride(i);
+  }
+  bool same_storage(const at::Tensor& w) const {
+    return !storage.expired() && storage._unsafe_get_target() == w.storage().unsafeGetStorageImpl();
+  }
+  bool matches(const at::Tensor& w) const {
+    if (!same_storage(w) || data != w.storage().data() || version != w._version() || offset != w.storage_offset() ||
+        dtype != w.scalar_type() || device != w.device().index() || isa != nk_gemm_isa_name())
+      return false;
+    for (int i = 0; i < 4; ++i)
+      if (sizes[i] != w.size(i) || strides[i] != w.stride(i)) return false;
+    return true;
+  }
+};
+
+class WinoCache {
+ public:
+  static size_t limit() { return wino_cache_limit(); }
+
+  // U for weight w [OC, C, 3, 3] (its transform kept if it fits the bound), or null where w is not cached.
+  std::shared_ptr<void> get(const at::Tensor& w, size_t* bytes, const char* op) {
+    const size_t lim = limit(), need = nk_conv3x3_winograd_weight_bytes(w.size(0), w.size(1));
+    *bytes = need;
+    std::shared_ptr<void> recycled;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lim == 0 || need > lim || w.is_inference() || !w.has_storage()) {
+        sweep(at::Tensor());
+        shrink(lim, nullptr, 0);
+        return nullptr;
+      }
+      sweep(w);
+      for (auto it = lru_.begin(); it != lru_.end(); ++it)
+        if (it->matches(w)) {
+          lru_.splice(lru_.begin(), lru_, it);
+          ++hits_;
+          return lru_.front().u;
+        }
+      // Room for the new entry; an evicted buffer of the same size is reused: a pipeline whose weights exceed
+      // the bound then misses every call, and fresh pages for a 38 MB U cost ~10% of a large convolution.
+      shrink(lim - need, &recycled, need);
+    }
+    if (!recycled) {
+      void* p = std::aligned_alloc(64, (need + 63) & ~static_cast<size_t>(63));
+      TORCH_CHECK(p != nullptr, op, ": out of host memory for a transformed weight of ", need, " bytes");
+      recycled = std::shared_ptr<void>(p, std::free);
+    }
+    nk_tensor wd = nk_desc(w, op);
+    const nk_status st = nk_conv3x3_winograd_weight(recycled.get(), need, &wd);
+    if (st != NK_SUCCESS) raise_kernel_status(st, op, w);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++misses_;
+    lru_.emplace_front(w, recycled, need);
+    total_ += need;
+    shrink(lim, nullptr, 0);  // another thread may have inserted meanwhile
+    return recycled;
+  }
+
+  std::vector<int64_t> info() {
+    std::lock_guard<std::mutex> lock(mu_);
+    sweep(at::Tensor());
+    return {static_cast<int64_t>(lru_.size()), static_cast<int64_t>(total_), hits_, misses_};
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lru_.clear();
+    total_ = 0;
+  }
+
+ private:
+  void erase(std::list<WinoEntry>::iterator it) {
+    total_ -= it->bytes;
+    lru_.erase(it);
+  }
+  // Drops entries of freed weights, and those of w's own storage and offset that no longer match it (an older
+  // version of it: never looked up again); w undefined: only the freed.
+  void sweep(const at::Tensor& w) {
+    for (auto it = lru_.begin(); it != lru_.end();) {
+      auto next = std::next(it);
+      if (it->storage.expired() ||
+          (w.defined() && it->same_storage(w) && it->offset == w.storage_offset() && !it->matches(w)))
+        erase(it);
+      it = next;
+    }
+  }
+  // Evicts least recently used entries until total_ <= room; the first evicted buffer of `want` bytes that no
+  // running convolution holds goes to *keep.
+  void shrink(size_t room, std::shared_ptr<void>* keep, size_t want) {
+    while (total_ > room && !lru_.empty()) {
+      auto last = std::prev(lru_.end());
+      if (keep != nullptr && !*keep && last->bytes == want && last->u.use_count() == 1) *keep = last->u;
+      erase(last);
+    }
+  }
+
+  std::mutex mu_;
+  std::list<WinoEntry> lru_;  // most recently used first
+  size_t total_ = 0;
+  int64_t hits_ = 0, misses_ = 0;
+};
+
+WinoCache& wino_cache() {
+  static WinoCache* c = new WinoCache();  // never destroyed: convolutions may run during interpreter exit
+  return *c;
 }
 
 // t as a [rows, cols] matrix view (no copy): valid when the merged dims are contiguous among themselves.
@@ -273,8 +429,14 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
       at::Tensor oi = g.groups == 1 ? out : out.narrow(1, grp * g.OCg, g.OCg);
       nk_tensor o = nk_desc(oi, op), x = nk_desc(xi, op), b{};
       if (has_bias) b = nk_desc(g.groups == 1 ? *bias : bias->narrow(0, grp * g.OCg, g.OCg), op);
-      nk_tensor w = nk_desc(wi, op);
-      check(nk_conv3x3_winograd(&o, &x, &w, has_bias ? &b : nullptr, g.p), op, input);
+      size_t ubytes = 0;
+      std::shared_ptr<void> u = wino_cache().get(wi, &ubytes, op);
+      if (u) {
+        check(nk_conv3x3_winograd_pretransformed(&o, &x, u.get(), ubytes, has_bias ? &b : nullptr, g.p), op, input);
+      } else {  // not cached: the one-call form transforms into the thread's kept scratch
+        nk_tensor w = nk_desc(wi, op);
+        check(nk_conv3x3_winograd(&o, &x, &w, has_bias ? &b : nullptr, g.p), op, input);
+      }
     }
     return out;
   }
@@ -385,6 +547,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv_backward(
 }
 
 }  // namespace
+
+// (entries, bytes, hits, misses) of the transformed-weight cache, after dropping freed weights' entries; clear.
+std::vector<int64_t> winograd_cache_info() { return wino_cache().info(); }
+void winograd_cache_clear() { wino_cache().clear(); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(conv_forward));
