@@ -426,3 +426,31 @@ def test_winograd_cache_drops_freed_weights_and_stays_bounded(monkeypatch):
         monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "0")  # off: emptied, nothing kept
         F.conv2d(x, ws[1], padding=1)
         assert _cache()["entries"] == 0
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() != "avx512" or "amx_tile" in _cpu_flags(),
+                    reason="the rule for AVX-512 CPUs without AMX (Zen 4: 256-bit FMA units, double-pumped)")
+def test_fp32_im2col_route_on_avx512_without_amx(monkeypatch):
+    """On an AVX-512 CPU without AMX, fp32 im2col + GEMM takes only >= 1024 output channels (1280 on a small
+    image, where oneDNN's kernel is weight-bound); 256-640 channels run oneDNN's kernel (0.36-0.84x there)."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    gen = torch.Generator().manual_seed(5)
+    x, w = torch.randn(1, 64, 16, 16, generator=gen), torch.randn(256, 64, 3, 3, generator=gen) * 0.05
+    with torch.no_grad():
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(x.to("neuron"), w.to("neuron"), stride=2, padding=1)
+        assert native("aten::convolution_overrideable") == before
+        torch.testing.assert_close(got.cpu(), F.conv2d(x, w, stride=2, padding=1), rtol=0, atol=0)
+        w2 = torch.randn(1024, 64, 3, 3, generator=gen) * 0.05
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(x.to("neuron"), w2.to("neuron"), stride=2, padding=1)
+        assert native("aten::convolution_overrideable") == before + 1
+        torch.testing.assert_close(got.cpu(), F.conv2d(x, w2, stride=2, padding=1), rtol=1e-4, atol=1e-4)

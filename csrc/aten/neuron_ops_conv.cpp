@@ -109,10 +109,22 @@ bool winograd_pays(const Geometry& g, at::ScalarType st) {
 // only a GEMM with AVX-512 micro-kernels makes the copy pay for fp32.
 // TORCH_NEURONX_CONV_NATIVE=1 takes the kernel for every convolution it can do (tests), =0 for none (read
 // per call: a convolution costs milliseconds).
+// The fp32 rule above (>= 256 output channels per group) was measured on that AMX Xeon, whose cores have two
+// 512-bit FMA units. A Zen 4 runs AVX-512 on 256-bit units, double-pumped (its measured fp32 peak is 32
+// flops/cycle/core, AVX2's); there, 2 cores, 2 threads, 7 alternating rounds, oneDNN/im2col median [min-max],
+// 2026-12-07: 3x3 stride 2 256@128x128 0.65x [0.55-0.75], 512@64x64 0.80x, N2 640@32x32 0.84x, N2 640->1280 at
+// 16x16 0.80x, N2 512 at 8x8 0.71x, 640 at 8x8 0.78x, 320 at 8x8 0.36x; but 1280 channels, where oneDNN's kernel
+// is weight-bound on a small image: N2 at 16x16 1.03x, 12x12 1.01x, 8x8 1.67x, 4x4 3.19x, N1 at 8x8 2.72x. So
+// >= 256 where the CPU has AMX (the Xeon generations it was measured on), >= 1024 on other AVX-512 CPUs.
 bool im2col_pays(const Geometry& g, at::ScalarType st) {
   if (st != at::kFloat) return !cpu_conv_on_onednn(st);
-  static const bool wide_gemm = std::strcmp(nk_gemm_isa_name(), "avx512") == 0;
-  return wide_gemm && g.OCg >= 256;
+  static const bool avx512 = std::strcmp(nk_gemm_isa_name(), "avx512") == 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool two_fma512 = avx512 && __builtin_cpu_supports("amx-tile");
+#else
+  static const bool two_fma512 = false;
+#endif
+  return avx512 && g.OCg >= (two_fma512 ? 256 : 1024);
 }
 
 // forward: the Winograd kernel may be chosen (g->winograd); the backward has no Winograd path, so its
