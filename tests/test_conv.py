@@ -397,6 +397,35 @@ def test_winograd_cache_hits_equal_uncached_and_see_inplace_updates(dtype, monke
         assert torch.equal(got, F.conv2d(x, w[8:], b[8:], padding=1).cpu())
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_winograd_cache_sees_writes_behind_the_version_counter(layout):
+    """`weight.data += delta` (PEFT's LoRA merge) and writes through another alias leave the weight's version
+    counter alone: the cache's byte comparison still recomputes, so the convolution never uses a stale U."""
+    torch_neuronx._C._winograd_cache_clear()
+    gen = torch.Generator().manual_seed(22)
+    conv = torch.nn.Conv2d(64, 64, 3, padding=1)
+    if layout == "channels_last":
+        conv = conv.to(memory_format=torch.channels_last)
+    conv = conv.to("neuron")
+    x = torch.randn(1, 64, 40, 40, generator=gen).to("neuron")  # 100 output tiles: Winograd by default
+
+    def want():
+        return F.conv2d(x.cpu(), conv.weight.detach().cpu(), conv.bias.detach().cpu(), padding=1)
+
+    with torch.no_grad():
+        torch.testing.assert_close(conv(x).cpu(), want(), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(conv(x).cpu(), want(), rtol=1e-4, atol=1e-4)
+        assert _cache()["hits"] >= 1, "the second call is a hit"
+        version = conv.weight._version
+        conv.weight.data += 0.02  # the merge of a LoRA delta (outputs move by ~0.5)
+        assert conv.weight._version == version
+        torch.testing.assert_close(conv(x).cpu(), want(), rtol=1e-4, atol=1e-4)
+        alias = conv.weight.data
+        alias[3, 5, 1, 1] = -1.0  # one element, through an alias
+        torch.testing.assert_close(conv(x).cpu(), want(), rtol=1e-4, atol=1e-4)
+        assert _cache()["entries"] == 1  # the stale entries went
+
+
 def test_winograd_cache_drops_freed_weights_and_stays_bounded(monkeypatch):
     """The entry of a freed weight goes (its storage expired), and the cache never holds more bytes than
     TORCH_NEURONX_WINOGRAD_CACHE_MB: least recently used entries are evicted."""

@@ -7,9 +7,11 @@
 #include "aten/neuron_aten.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -175,9 +177,30 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
 // reused, so another tensor cannot take the key over; the data itself is freed with the last strong reference),
 // the storage's data pointer (a reallocated storage misses), the weight's version counter (in-place updates:
 // optimizer steps, load_state_dict, w.add_(1)), its offset, sizes, strides, dtype, device, and the micro-kernel
-// family (U's layout). Writes that bypass the version counter (through w.data or an external alias) are not
-// seen: TORCH_NEURONX_WINOGRAD_CACHE_MB=0 turns the cache off. Inference tensors have no version counter and
-// are never cached. Bounded in bytes (LRU); entries of freed weights are dropped on the next lookup.
+// family (U's layout). The key alone misses writes that bypass the version counter: `w.data += delta` (PEFT's
+// LoRA merge, diffusers' fuse_lora) gives w.data a counter of its own, and the cached U then gave a silently
+// wrong convolution. So an entry also keeps a copy of the weight's bytes, compared with the weight on every hit
+// (a read of the weight, against the transform's read and 4x write of it: 512->512 fp32, 9.4 MB, ~1 ms on two
+// Zen 4 threads). Only dense weights (any dim order) are cached; inference tensors have no version counter and
+// are never cached. Bounded in bytes (LRU, the copy included); entries of freed weights are dropped on the next
+// lookup.
+// A dense weight's bytes, one span from data_ptr (any dim order: dense strides are positive).
+size_t weight_bytes(const at::Tensor& w) { return static_cast<size_t>(w.numel()) * w.element_size(); }
+
+// Whether a dense weight still holds the bytes of copy: chunks compared on the intra-op pool.
+bool same_bytes(const void* copy, const at::Tensor& w) {
+  const size_t n = weight_bytes(w), chunk = size_t{1} << 20;
+  const char *a = static_cast<const char*>(copy), *b = static_cast<const char*>(w.const_data_ptr());
+  std::atomic<bool> differ{false};
+  at::parallel_for(0, static_cast<int64_t>((n + chunk - 1) / chunk), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end && !differ.load(std::memory_order_relaxed); ++i) {
+      const size_t off = static_cast<size_t>(i) * chunk, len = std::min(chunk, n - off);
+      if (std::memcmp(a + off, b + off, len) != 0) differ.store(true, std::memory_order_relaxed);
+    }
+  });
+  return !differ.load();
+}
+
 struct WinoEntry {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   const void* data;
@@ -187,12 +210,14 @@ struct WinoEntry {
   c10::DeviceIndex device;
   const char* isa;
   std::shared_ptr<void> u;  // held by a running convolution too, so an eviction meanwhile cannot free it
-  size_t bytes;
+  std::shared_ptr<void> wcopy;  // the weight's bytes when U was made (weight_bytes(w) of them)
+  size_t ubytes;                // U's
+  size_t bytes;                 // U's and the copy's
 
-  WinoEntry(const at::Tensor& w, std::shared_ptr<void> buf, size_t n)
+  WinoEntry(const at::Tensor& w, std::shared_ptr<void> buf, size_t n, std::shared_ptr<void> copy)
       : storage(w.storage().getWeakStorageImpl()), data(w.storage().data()), version(w._version()),
         offset(w.storage_offset()), dtype(w.scalar_type()), device(w.device().index()), isa(nk_gemm_isa_name()),
-        u(std::move(buf)), bytes(n) {
+        u(std::move(buf)), wcopy(std::move(copy)), ubytes(n), bytes(n + weight_bytes(w)) {
     for (int i = 0; i < 4; ++i) sizes[i] = w.size(i), strides[i] = w.stride(i);
   }
   bool same_storage(const at::Tensor& w) const {
@@ -215,11 +240,13 @@ class WinoCache {
   // U for weight w [OC, C, 3, 3] (its transform kept if it fits the bound), or null where w is not cached.
   std::shared_ptr<void> get(const at::Tensor& w, size_t* bytes, const char* op) {
     const size_t lim = limit(), need = nk_conv3x3_winograd_weight_bytes(w.size(0), w.size(1));
+    const size_t wbytes = weight_bytes(w);
     *bytes = need;
     std::shared_ptr<void> recycled;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (lim == 0 || need > lim || w.is_inference() || !w.has_storage()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (lim == 0 || need + wbytes > lim || w.is_inference() || !w.has_storage() ||
+          !w.is_non_overlapping_and_dense()) {
         sweep(at::Tensor());
         shrink(lim, nullptr, 0);
         return nullptr;
@@ -228,12 +255,25 @@ class WinoCache {
       for (auto it = lru_.begin(); it != lru_.end(); ++it)
         if (it->matches(w)) {
           lru_.splice(lru_.begin(), lru_, it);
-          ++hits_;
-          return lru_.front().u;
+          std::shared_ptr<void> u = it->u, copy = it->wcopy;  // kept alive while unlocked
+          lock.unlock();
+          const bool same = same_bytes(copy.get(), w);
+          lock.lock();
+          if (same) {
+            ++hits_;
+            return u;
+          }
+          // Written behind the version counter: the entry is stale.
+          for (auto jt = lru_.begin(); jt != lru_.end(); ++jt)
+            if (jt->u == u) {
+              erase(jt);
+              break;
+            }
+          break;
         }
       // Room for the new entry; an evicted buffer of the same size is reused: a pipeline whose weights exceed
       // the bound then misses every call, and fresh pages for a 38 MB U cost ~10% of a large convolution.
-      shrink(lim - need, &recycled, need);
+      shrink(lim - need - wbytes, &recycled, need);
     }
     if (!recycled) {
       void* p = std::aligned_alloc(64, (need + 63) & ~static_cast<size_t>(63));
@@ -243,10 +283,14 @@ class WinoCache {
     nk_tensor wd = nk_desc(w, op);
     const nk_status st = nk_conv3x3_winograd_weight(recycled.get(), need, &wd);
     if (st != NK_SUCCESS) raise_kernel_status(st, op, w);
+    void* c = std::malloc(wbytes > 0 ? wbytes : 1);
+    TORCH_CHECK(c != nullptr, op, ": out of host memory for a copy of a weight of ", wbytes, " bytes");
+    std::shared_ptr<void> copy(c, std::free);
+    std::memcpy(c, w.const_data_ptr(), wbytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++misses_;
-    lru_.emplace_front(w, recycled, need);
-    total_ += need;
+    lru_.emplace_front(w, recycled, need, copy);
+    total_ += lru_.front().bytes;
     shrink(lim, nullptr, 0);  // another thread may have inserted meanwhile
     return recycled;
   }
@@ -283,7 +327,7 @@ class WinoCache {
   void shrink(size_t room, std::shared_ptr<void>* keep, size_t want) {
     while (total_ > room && !lru_.empty()) {
       auto last = std::prev(lru_.end());
-      if (keep != nullptr && !*keep && last->bytes == want && last->u.use_count() == 1) *keep = last->u;
+      if (keep != nullptr && !*keep && last->ubytes == want && last->u.use_count() == 1) *keep = last->u;
       erase(last);
     }
   }
