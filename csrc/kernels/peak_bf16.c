@@ -75,34 +75,24 @@ PK_AMX_TARGET static void pk_amx_loop(int64_t iters, float *sink) {
     *sink += out[0];
 }
 
-/* The 12 chains are named variables, not an array: with an array GCC kept the accumulators on the stack and
- * reloaded and stored all 12 every iteration, so each chain
- * waited on store forwarding and a Zen 4 read 145 GFLOP/s against 404 reached by the bf16 GEMM. */
+/* The 12 chains are named variables (c0..c11, spelled out by PK_DP_EACH), not an array: with an array GCC kept
+ * the accumulators on the stack and reloaded and stored all 12 every iteration, so each chain waited on store
+ * forwarding and a Zen 4 read 145 GFLOP/s against 404 reached by the bf16 GEMM. */
+#define PK_DP_EACH(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define PK_DP_DECL(i) __m512 c##i = _mm512_set1_ps((float)(i));
+#define PK_DP_STEP(i) c##i = _mm512_dpbf16_ps(c##i, a, b);
+#define PK_DP_SUM(i) s = _mm512_add_ps(s, c##i);
 PK_DP_TARGET static void pk_dp_loop(int64_t iters, float *sink) {
-    __m512 c0 = _mm512_set1_ps(0.f), c1 = _mm512_set1_ps(1.f), c2 = _mm512_set1_ps(2.f), c3 = _mm512_set1_ps(3.f);
-    __m512 c4 = _mm512_set1_ps(4.f), c5 = _mm512_set1_ps(5.f), c6 = _mm512_set1_ps(6.f), c7 = _mm512_set1_ps(7.f);
-    __m512 c8 = _mm512_set1_ps(8.f), c9 = _mm512_set1_ps(9.f), c10 = _mm512_set1_ps(10.f), c11 = _mm512_set1_ps(11.f);
+    PK_DP_EACH(PK_DP_DECL)
     const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3c00), b = (__m512bh)_mm512_set1_epi16(0x3c00);
     for (int64_t i = 0; i < iters; i++) {
-        c0 = _mm512_dpbf16_ps(c0, a, b);
-        c1 = _mm512_dpbf16_ps(c1, a, b);
-        c2 = _mm512_dpbf16_ps(c2, a, b);
-        c3 = _mm512_dpbf16_ps(c3, a, b);
-        c4 = _mm512_dpbf16_ps(c4, a, b);
-        c5 = _mm512_dpbf16_ps(c5, a, b);
-        c6 = _mm512_dpbf16_ps(c6, a, b);
-        c7 = _mm512_dpbf16_ps(c7, a, b);
-        c8 = _mm512_dpbf16_ps(c8, a, b);
-        c9 = _mm512_dpbf16_ps(c9, a, b);
-        c10 = _mm512_dpbf16_ps(c10, a, b);
-        c11 = _mm512_dpbf16_ps(c11, a, b);
+        PK_DP_EACH(PK_DP_STEP)
         /* Keeps GCC from folding the chains' constant operands into one multiply per chain. */
         __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6), "+v"(c7),
                          "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
     }
-    const __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
-                                   _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)),
-                                                 _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11))));
+    __m512 s = _mm512_setzero_ps();
+    PK_DP_EACH(PK_DP_SUM)
     *sink += _mm512_reduce_add_ps(s);
 }
 
