@@ -1,6 +1,9 @@
 """Native 2-D convolution (im2col + GEMM) against PyTorch CPU: forward and all three gradients, strides,
 padding, dilation, groups, 1x1, non-contiguous inputs, bias or not, fp32/bf16/fp16, empty batches; and
 the cases the kernel does not take (transposed, 1-D, float64) still equal CPU."""
+import os
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -458,11 +461,10 @@ def test_winograd_cache_drops_freed_weights_and_stays_bounded(monkeypatch):
 
 
 def _cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return []
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    from machine import cpu_flags  # the benchmarks' reading of /proc/cpuinfo
+
+    return cpu_flags()
 
 
 @pytest.mark.skipif(torch_neuronx._C._gemm_isa() != "avx512" or "amx_tile" in _cpu_flags(),
