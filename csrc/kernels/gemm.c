@@ -63,6 +63,10 @@ bool nk_gemm_bf16_on_amx(void) {
     return bf16_get() == BF16_AMX;
 }
 
+bool nk_gemm_bf16_on_dp(void) {
+    return bf16_get() == BF16_DP;
+}
+
 const char *nk_gemm_isa_name(void) {
     return isa_get()->name;
 }

@@ -16,6 +16,7 @@
 #include "gemm_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -294,6 +295,74 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
     return true;
 }
 
+/* ---- attention's small products: B packed once and reused, A's bf16 rows read in place ------------- */
+
+/*
+ * c (R x 32) = (accumulate ? c : 0) + A[R rows, kq pairs] . pb, A read where it lies (row i's pair q is
+ * word q of row i, rows lda elements apart): attention's query and probability blocks are already bf16
+ * rows, and packing them would cost a pass as long as the products at head dims of 40-80.
+ */
+DP_INLINE void ukr_rows_direct(const int R, int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb,
+                               float *c, int64_t ldc, bool accumulate) {
+    __m512 acc[MR][2];
+    const uint32_t *aw = (const uint32_t *)a;
+    const int64_t ldw = lda / 2;
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    if (accumulate) nk_tile_prefetch_c(c, ldc, R);
+    for (int64_t q = 0; q < kq; q++) {
+        const __m512bh b0 = as_bh(_mm512_load_si512((const void *)pb));
+        const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
+#pragma GCC unroll 12
+        for (int i = 0; i < R; i++) {
+            const __m512bh x = as_bh(_mm512_set1_epi32((int)aw[i * ldw + q]));
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
+            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
+        }
+        pb += NR;
+    }
+    nk_tile_store_c(c, ldc, acc, R, accumulate);
+}
+
+DP_TARGET static void ukr_direct12(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
+                                   int64_t ldc, bool accumulate) {
+    ukr_rows_direct(12, kq, a, lda, pb, c, ldc, accumulate);
+}
+DP_TARGET static void ukr_direct8(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
+                                  int64_t ldc, bool accumulate) {
+    ukr_rows_direct(8, kq, a, lda, pb, c, ldc, accumulate);
+}
+DP_TARGET static void ukr_direct4(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
+                                  int64_t ldc, bool accumulate) {
+    ukr_rows_direct(4, kq, a, lda, pb, c, ldc, accumulate);
+}
+
+void nk_dp_pack_b(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                  int64_t kp) {
+    const int64_t kq = kp / 2, kq_data = (kcur + 1) / 2;
+    for (int64_t j = 0; j < ncur; j += NR) {
+        uint32_t *d = dst + (j / NR) * kq * NR;
+        pack_b_panel(d, b + j * sn, sk, sn, kcur, ncur - j < NR ? ncur - j : NR);
+        memset(d + kq_data * NR, 0, sizeof(uint32_t) * (size_t)((kq - kq_data) * NR));
+    }
+}
+
+DP_TARGET void nk_dp_matmul(int64_t m, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *bp,
+                            float *c, int64_t ldc, bool accumulate) {
+    const int64_t kq = kp / 2;
+    /* Rows outer: 12 rows of A (at most 12 x 1 KiB) stay in L1 while the B panels stream from L2. */
+    for (int64_t ir = 0; ir < m; ir += MR) {
+        const int64_t rows = m - ir;
+        for (int64_t jr = 0; jr < np; jr += NR) {
+            const uint32_t *pb = bp + jr * kq;
+            float *ct = c + ir * ldc + jr;
+            if (rows > 8) ukr_direct12(kq, a + ir * lda, lda, pb, ct, ldc, accumulate);
+            else if (rows > 4) ukr_direct8(kq, a + ir * lda, lda, pb, ct, ldc, accumulate);
+            else ukr_direct4(kq, a + ir * lda, lda, pb, ct, ldc, accumulate);
+        }
+    }
+}
+
 /* ---- skinny path: dot products along contiguous k -------------------------------------------------- */
 
 /* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns: the NB weight rows stream once. */
@@ -452,6 +521,16 @@ void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16
 
 bool nk_gemm_dpbf16_available(void) {
     return false;
+}
+
+void nk_dp_pack_b(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                  int64_t kp) {
+    (void)dst, (void)b, (void)sk, (void)sn, (void)kcur, (void)ncur, (void)kp;
+}
+
+void nk_dp_matmul(int64_t m, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *bp,
+                  float *c, int64_t ldc, bool accumulate) {
+    (void)m, (void)np, (void)kp, (void)a, (void)lda, (void)bp, (void)c, (void)ldc, (void)accumulate;
 }
 
 bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t a_sm, int64_t a_sk,

@@ -190,6 +190,19 @@ void nk_gemm_dpbf16_skinny_kcontig(int64_t m, int64_t n, int64_t k, const uint16
 void nk_gemm_dpbf16_skinny_ncontig(int64_t m, int64_t n, int64_t k, const uint16_t *a, int64_t lda,
                                    const uint16_t *b, int64_t ldb, float *c, int64_t ldc);
 #define NK_GEMM_DPBF16_MR 12
+/*
+ * The same products for callers issuing many small ones (attention), as nk_amx_pack_b / nk_amx_matmul:
+ * pack_b: b (kcur x ncur bf16, element strides sk, sn) into panels of 32 columns, each kp / 2 pair rows
+ * deep (zero past kcur; kp even), dst 64-byte aligned and holding ncur rounded up to 32 times kp elements.
+ * matmul: c (fp32, row stride ldc) = (accumulate ? c : 0) + a[m x kp] (bf16 rows lda apart, lda even) .
+ * packed b, for np (a multiple of 32) columns; rows up to m rounded up to 4 are computed and written,
+ * so a and c must hold them.
+ */
+void nk_dp_pack_b(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,
+                  int64_t kp);
+void nk_dp_matmul(int64_t m, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *bp,
+                  float *c, int64_t ldc, bool accumulate);
+bool nk_gemm_bf16_on_dp(void); /* gemm.c: AVX512-BF16 dot products are the chosen bf16 path */
 
 /* Epilogue of one unit-stride output row on AVX-512: out[j] = alpha * acc[j] (+ beta * self[j * ss] when
  * self is not NULL; ss is 0 or 1), rounded once to dt (F32, BF16, F16). */

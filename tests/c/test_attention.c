@@ -244,15 +244,22 @@ int main(void) {
         {1, 1, 1, 64, 130, 512, 512, false, 0, 0.0, NK_F32},  /* wide head */
         {1, 2, 1, 77, 70, 40, 40, true, 0, 0.0, NK_F16},
         {1, 2, 1, 77, 70, 40, 40, false, 1, 0.0, NK_BF16},
+        /* the dot products' row tiles (12, 8, 4) past a 64-row block, head dims 40 and 80 */
+        {2, 2, 1, 77, 300, 80, 80, false, 0, 0.0, NK_BF16},
+        {1, 3, 3, 135, 90, 40, 40, true, 0, 0.0, NK_BF16},
+        {1, 1, 1, 66, 33, 8, 8, false, 0, 0.0, NK_BF16},
         {1, 1, 1, 4, 0, 8, 8, false, 0, 0.0, NK_F32},          /* no keys */
         {1, 1, 1, 0, 5, 8, 8, false, 0, 0.0, NK_F32},          /* no queries */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run(&cases[i]);
-    if (nk_gemm_isa_force("avx512")) { /* bf16 without AMX tiles: widened to fp32 */
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            if (cases[i].dt == NK_BF16) run(&cases[i]);
-        nk_gemm_isa_force(nk_gemm_amx_available() ? "amx" : "avx512");
-    }
+    /* bf16 on each other path this CPU has: AVX512-BF16 dot products (the default without AMX), and rows
+     * widened to fp32 FMAs. */
+    const char *const others[] = {"avx512bf16", "avx512"};
+    for (int o = 0; o < 2; o++)
+        if (nk_gemm_isa_force(others[o]))
+            for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+                if (cases[i].dt == NK_BF16) run(&cases[i]);
+    if (!nk_gemm_isa_force("amx") && !nk_gemm_isa_force("avx512bf16")) nk_gemm_isa_force("avx512");
     nk_threads_set(1);
     run(&cases[1]);
     test_invalid();
