@@ -373,3 +373,26 @@ def test_small_products_carry_cpu_bits(dtype):
     assert torch.equal(torch.mv(n(a[0]), n(v)).cpu(), torch.mv(a[0], v))
     assert torch.equal(torch.dot(n(v), n(v)).cpu(), torch.dot(v, v))
 
+
+
+@pytest.mark.parametrize("dot", ["0", "1"])
+def test_bf16_packed_path_choice(dot):
+    # Packed bf16 products run on vdpbf16ps where it outruns the FMAs (measured at the first product), else
+    # through the fp32 micro-kernels; TORCH_NEURONX_BF16_DOT pins the choice. Both must equal CPU, which a
+    # fresh process shows (the choice is made once per process).
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import torch, torch_neuronx\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "for m, n, k in [(150, 70, 513), (145, 33, 31), (300, 600, 1100)]:\n"
+        "    a = torch.randn(m, k, generator=g).bfloat16(); b = torch.randn(k, n, generator=g).bfloat16()\n"
+        "    got = torch.mm(a.to('neuron'), b.to('neuron')).cpu().double()\n"
+        "    mag = a.double().abs() @ b.double().abs()\n"
+        "    err = (got - torch.mm(a, b).double()).abs()\n"
+        "    assert (err <= 2 ** -7 * mag).all(), (m, n, k, (err / mag).max().item())\n"
+        "print('ok')\n")
+    env = dict(os.environ, TORCH_NEURONX_BF16_DOT=dot)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

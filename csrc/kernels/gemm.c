@@ -21,15 +21,26 @@
 
 static const nk_gemm_isa *g_isa;
 
-/* How bf16 products run: converted to fp32 for the fp32 micro-kernels, on vdpbf16ps, or on AMX tiles. */
-typedef enum bf16_kind { BF16_VIA_F32 = 1, BF16_DP, BF16_AMX } bf16_kind;
+/* How bf16 products run: converted to fp32 for the fp32 micro-kernels, on vdpbf16ps, or on AMX tiles.
+ * BF16_DP_SKINNY: the packed path through the fp32 micro-kernels, the skinny one (and attention) on
+ * vdpbf16ps, for CPUs whose dot instruction does not outrun their FMAs (nk_gemm_dp_fma_ratio). */
+typedef enum bf16_kind { BF16_VIA_F32 = 1, BF16_DP, BF16_AMX, BF16_DP_SKINNY } bf16_kind;
 static int g_bf16; /* 0: not chosen yet */
 
+/*
+ * vdpbf16ps does twice an FMA's multiply-adds, which pays when it issues as fast as an FMA (Zen 4: 2x the
+ * fp32 peak). A 2-core Xeon (family 6, model 207) issues it at half that rate, as many flops as the FMAs:
+ * its bf16 GEMMs ran at 84-156 GFLOP/s on it against 194-239 for fp32 ones of the same shapes. Measured
+ * on the calling thread when the first product is chosen (under a millisecond);
+ * TORCH_NEURONX_BF16_DOT=0/1 decides instead.
+ */
 static bf16_kind bf16_detect(const nk_gemm_isa *isa) {
     if (isa != &nk_gemm_isa_avx512) return BF16_VIA_F32;
     if (nk_gemm_amx_available()) return BF16_AMX;
-    if (nk_gemm_dpbf16_available()) return BF16_DP;
-    return BF16_VIA_F32;
+    if (!nk_gemm_dpbf16_available()) return BF16_VIA_F32;
+    const char *env = getenv("TORCH_NEURONX_BF16_DOT");
+    const bool dot = env != NULL && env[0] != '\0' ? strcmp(env, "0") != 0 : nk_gemm_dp_fma_ratio() >= NK_GEMM_BF16_DP_MIN_RATIO;
+    return dot ? BF16_DP : BF16_DP_SKINNY;
 }
 
 static const nk_gemm_isa *isa_detect(void) {
@@ -64,7 +75,8 @@ bool nk_gemm_bf16_on_amx(void) {
 }
 
 bool nk_gemm_bf16_on_dp(void) {
-    return bf16_get() == BF16_DP;
+    const bf16_kind k = bf16_get();
+    return k == BF16_DP || k == BF16_DP_SKINNY;
 }
 
 const char *nk_gemm_isa_name(void) {
@@ -504,7 +516,7 @@ static void gemm_packed_range(void *ctx, int64_t begin, int64_t end) {
         split_range(p->m, p->mparts, p->isa->mr, r / p->nparts, &m0, &m1);
         split_range(p->n, p->nparts, p->isa->nr, r % p->nparts, &n0, &n1);
         if (m0 >= m1 || n0 >= n1) continue;
-        if (p->dt == NK_BF16 && p->bf16 != BF16_VIA_F32) gemm_bf16_task(p, bi, m0, m1, n0, n1);
+        if (p->dt == NK_BF16 && (p->bf16 == BF16_DP || p->bf16 == BF16_AMX)) gemm_bf16_task(p, bi, m0, m1, n0, n1);
         else gemm_packed_task(p, bi, m0, m1, n0, n1);
     }
 }
@@ -562,7 +574,8 @@ static void gemm_skinny_range(void *vctx, int64_t begin, int64_t end) {
 static nk_status gemm_skinny(gemm_problem *p) {
     /* bf16: A stays bf16 for the dot instructions (AMX CPUs have them too). */
     const bool dp = p->dt == NK_BF16 &&
-                    (p->bf16 == BF16_DP || (p->bf16 == BF16_AMX && nk_gemm_dpbf16_available()));
+                    (p->bf16 == BF16_DP || p->bf16 == BF16_DP_SKINNY ||
+                     (p->bf16 == BF16_AMX && nk_gemm_dpbf16_available()));
     /* Rows of the bf16 A one cache line longer than a multiple of 32: the 8 rows a tile reads at the same
      * k would otherwise share one L1 set whenever k is a multiple of 2048. */
     const int64_t lda = dp ? (p->k + 31) / 32 * 32 + 32 : p->k;
