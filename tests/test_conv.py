@@ -460,6 +460,94 @@ def test_winograd_cache_drops_freed_weights_and_stays_bounded(monkeypatch):
         assert _cache()["entries"] == 0
 
 
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="Winograd is measured only with SIMD micro-kernels")
+@pytest.mark.parametrize("form", ["contiguous", "channels_last", "strided"])
+def test_winograd_cache_admits_on_second_use(form, monkeypatch):
+    """A weight the cache holds fewer than 4 of (here a 1 MB bound against a 64->64 weight's ~0.74 MB of U and
+    copy) runs Winograd only on a transformed weight the cache serves: its first call takes the other route
+    (PyTorch's CPU kernel, bit-equal), its second admits it; a one-off weight and a weight seen again after the
+    admitted one was used since evict nothing; one whose previous sighting is older than the admitted one's last
+    use takes its place."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "1")
+    torch_neuronx._C._winograd_cache_clear()
+    gen = torch.Generator().manual_seed(23)
+    x = torch.randn(1, 64, 16, 17, generator=gen)  # 20 output tiles
+    if form == "strided":
+        x = torch.randn(1, 64, 32, 17, generator=gen)[:, :, ::2]
+    x = _layout(x, "channels_last") if form == "channels_last" else x
+    ws = [torch.randn(64, 64, 3, 3, generator=gen) / 24 for _ in range(3)]
+    b = torch.randn(64, generator=gen)
+    xn, bn = x.to("neuron"), b.to("neuron")
+    wn = [w.to("neuron") for w in ws]
+
+    def call(i, winograd):
+        before = native("aten::convolution_overrideable")
+        got = F.conv2d(xn, wn[i], bn, padding=1).cpu()
+        want = F.conv2d(x, ws[i], b, padding=1)
+        assert native("aten::convolution_overrideable") == before + int(winograd), (i, winograd)
+        if winograd:
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        else:
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+    with torch.no_grad():
+        call(0, False)  # first sight: remembered, nothing transformed
+        assert _cache()["entries"] == 0
+        call(0, True)  # second: admitted
+        c = _cache()
+        assert c["entries"] == 1
+        call(0, True)
+        assert _cache()["hits"] == c["hits"] + 1
+        call(1, False)  # a one-off weight evicts nothing
+        call(0, True)  # the admitted weight is used again ...
+        call(1, False)  # ... so weight 1's second sighting does not evict it
+        assert _cache()["entries"] == 1
+        c = _cache()
+        call(0, True)
+        assert _cache()["hits"] == c["hits"] + 1
+        call(2, False)
+        call(2, True)  # weight 0 unused since weight 2 was last seen: weight 2 takes its place
+        c = _cache()
+        assert c["entries"] == 1 and c["bytes"] <= 1 << 20
+        call(2, True)
+        assert _cache()["hits"] == c["hits"] + 1
+        call(0, False)  # evicted: seen again, not yet admitted
+        monkeypatch.setenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", "0")  # off: the other route every call
+        call(2, False)
+        call(2, False)
+
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="Winograd is measured only with SIMD micro-kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_winograd_large_weight_on_its_second_use(dtype, monkeypatch):
+    """C*OC past 640^2 (a UNet's 1280->1280 at 16x16) takes Winograd by default only cached, from its second call
+    (every dtype, the default bound); the first runs its other route. A non-contiguous channels-last input."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_WINOGRAD_CACHE_MB", raising=False)
+    torch_neuronx._C._winograd_cache_clear()
+    gen = torch.Generator().manual_seed(24)
+    c = 641
+    x = torch.randn(1, c, 18, 16, generator=gen)[:, :, 1:-1].contiguous(memory_format=torch.channels_last)
+    x = x[:, :, :, 1:]  # 16x15, channels-last strides, not dense
+    w = (torch.randn(c, c, 3, 3, generator=gen) / (9 * c) ** 0.5).to(dtype)
+    b = torch.randn(c, generator=gen).to(dtype)
+    x = x.to(dtype)
+    xn, wn, bn = x.to("neuron"), w.to("neuron"), b.to("neuron")
+    want = F.conv2d(x.float(), w.float(), b.float(), padding=1)
+    tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else TOL[dtype]
+    with torch.no_grad():
+        for i in range(3):
+            got = F.conv2d(xn, wn, bn, padding=1).cpu()
+            assert _cache()["entries"] == (0 if i == 0 else 1)
+            torch.testing.assert_close(got.float(), want, **tol)
+        assert _cache()["hits"] >= 1
+    torch_neuronx._C._winograd_cache_clear()
+
+
 def _cpu_flags():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     from machine import cpu_flags  # the benchmarks' reading of /proc/cpuinfo

@@ -46,6 +46,7 @@ struct Geometry {
   int64_t k[2], s[2], p[2], d[2];
   bool pointwise;  // 1x1, stride 1, no padding: the image is already the column matrix
   bool winograd;   // the forward runs the Winograd kernel (kernels/conv_winograd.c)
+  bool wino_if_cached;  // ... only on a transformed weight the cache serves (admitted on its second use)
 };
 
 // Whether the Winograd kernel can take the convolution: fp32/bf16/fp16 (bf16/fp16 computed in fp32 and rounded
@@ -89,13 +90,25 @@ size_t wino_cache_limit() {
 // rule measured against oneDNN is conservative there; Winograd widens to fp32 just as that path's GEMM does
 // (on the Zen 4, fp16, which has no oneDNN kernel there: Winograd 3.0-3.9x the im2col kernel on the VAE/UNet
 // shapes above).
-bool winograd_pays(const Geometry& g, at::ScalarType st) {
+// A weight whose transform the cache holds fewer than 4 of (N2 1280->1280 at 16x16: 236 MB of U and a 59 MB fp32
+// copy against the default 512 MB), or whose C*OC is past 640^2, pays only cached: uncached it lost (N2 1280 at
+// 16x16 0.6x, a memory-bound transform per call), cached it won. Such a convolution is Winograd::if_cached: it
+// takes Winograd only when the cache serves its U, and the cache admits such a weight on its second use without
+// evicting entries used since that weight's previous use (WinoCache::get); otherwise its other route.
+enum class Winograd { no, yes, if_cached };
+Winograd winograd_pays(const Geometry& g, at::ScalarType st) {
   static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
-  if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64 || g.Cg * g.OCg > 640 * 640) return false;
+  if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64) return Winograd::no;
   const int64_t tiles = g.N * ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
-  if (tiles >= 64) return true;
-  const bool cached = wino_cache_limit() >= 4 * nk_conv3x3_winograd_weight_bytes(g.OCg, g.Cg);
-  return tiles >= 16 && cached && (st == at::kFloat || !cpu_conv_on_onednn(st));
+  const bool big = g.Cg * g.OCg > 640 * 640;
+  if (!big && tiles >= 64) return Winograd::yes;
+  if (tiles < 16) return Winograd::no;
+  const size_t lim = wino_cache_limit(), need = nk_conv3x3_winograd_weight_bytes(g.OCg, g.Cg);
+  const size_t wbytes = static_cast<size_t>(g.OCg * g.Cg * 9) * at::elementSize(st);
+  const bool half_on_onednn = st != at::kFloat && cpu_conv_on_onednn(st);
+  if (!big && lim >= 4 * need) return half_on_onednn ? Winograd::no : Winograd::yes;
+  if (lim < need + wbytes || (half_on_onednn && !big)) return Winograd::no;
+  return Winograd::if_cached;
 }
 
 // Whether the im2col + GEMM kernel should take a convolution that is not pointwise. im2col writes Cg*kh*kw
@@ -166,7 +179,9 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
     g->winograd = fits && force[0] != '0';
     return force[0] != '0';
   }
-  g->winograd = fits && (wino_set || winograd_pays(*g, st));
+  const Winograd pays = fits && !wino_set ? winograd_pays(*g, st) : Winograd::no;
+  g->winograd = fits && (wino_set || pays != Winograd::no);
+  g->wino_if_cached = pays == Winograd::if_cached;
   return g->pointwise || g->winograd || im2col_pays(*g, st);
 }
 
@@ -201,7 +216,7 @@ bool same_bytes(const void* copy, const at::Tensor& w) {
   return !differ.load();
 }
 
-struct WinoEntry {
+struct WinoKey {
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   const void* data;
   int64_t version, offset;
@@ -209,15 +224,10 @@ struct WinoEntry {
   at::ScalarType dtype;
   c10::DeviceIndex device;
   const char* isa;
-  std::shared_ptr<void> u;  // held by a running convolution too, so an eviction meanwhile cannot free it
-  std::shared_ptr<void> wcopy;  // the weight's bytes when U was made (weight_bytes(w) of them)
-  size_t ubytes;                // U's
-  size_t bytes;                 // U's and the copy's
 
-  WinoEntry(const at::Tensor& w, std::shared_ptr<void> buf, size_t n, std::shared_ptr<void> copy)
+  explicit WinoKey(const at::Tensor& w)
       : storage(w.storage().getWeakStorageImpl()), data(w.storage().data()), version(w._version()),
-        offset(w.storage_offset()), dtype(w.scalar_type()), device(w.device().index()), isa(nk_gemm_isa_name()),
-        u(std::move(buf)), wcopy(std::move(copy)), ubytes(n), bytes(n + weight_bytes(w)) {
+        offset(w.storage_offset()), dtype(w.scalar_type()), device(w.device().index()), isa(nk_gemm_isa_name()) {
     for (int i = 0; i < 4; ++i) sizes[i] = w.size(i), strides[i] = w.stride(i);
   }
   bool same_storage(const at::Tensor& w) const {
@@ -233,18 +243,41 @@ struct WinoEntry {
   }
 };
 
+struct WinoEntry : WinoKey {
+  std::shared_ptr<void> u;  // held by a running convolution too, so an eviction meanwhile cannot free it
+  std::shared_ptr<void> wcopy;  // the weight's bytes when U was made (weight_bytes(w) of them)
+  size_t ubytes;                // U's
+  size_t bytes;                 // U's and the copy's
+  uint64_t used;                // the lookup count at its last hit (or admission)
+
+  WinoEntry(const at::Tensor& w, std::shared_ptr<void> buf, size_t n, std::shared_ptr<void> copy, uint64_t now)
+      : WinoKey(w), u(std::move(buf)), wcopy(std::move(copy)), ubytes(n), bytes(n + weight_bytes(w)), used(now) {}
+};
+
+// A weight seen by a lookup that did not admit it (WinoCache::get's second-use admission): its key and when.
+struct WinoSeen : WinoKey {
+  uint64_t seen;
+  WinoSeen(const at::Tensor& w, uint64_t now) : WinoKey(w), seen(now) {}
+};
+
 class WinoCache {
  public:
   static size_t limit() { return wino_cache_limit(); }
 
   // U for weight w [OC, C, 3, 3] (its transform kept if it fits the bound), or null where w is not cached.
-  std::shared_ptr<void> get(const at::Tensor& w, size_t* bytes, const char* op) {
+  // second_use: w is admitted only on a lookup after one that saw it (a one-off weight transforms nothing and
+  // evicts nothing), and only where its room comes from entries unused since that previous lookup of w: a
+  // pipeline cycling through more such weights than fit keeps the ones admitted first (hits every cycle) and
+  // runs the others on their other route, where plain LRU would evict each before its next use (all misses).
+  // A null return then means: not cached, take the other route.
+  std::shared_ptr<void> get(const at::Tensor& w, size_t* bytes, const char* op, bool second_use = false) {
     const size_t lim = limit(), need = nk_conv3x3_winograd_weight_bytes(w.size(0), w.size(1));
     const size_t wbytes = weight_bytes(w);
     *bytes = need;
     std::shared_ptr<void> recycled;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      const uint64_t now = ++lookups_;
       if (lim == 0 || need + wbytes > lim || w.is_inference() || !w.has_storage() ||
           !w.is_non_overlapping_and_dense()) {
         sweep(at::Tensor());
@@ -259,18 +292,19 @@ class WinoCache {
           lock.unlock();
           const bool same = same_bytes(copy.get(), w);
           lock.lock();
+          for (auto jt = lru_.begin(); jt != lru_.end(); ++jt)
+            if (jt->u == u) {
+              if (same) jt->used = now;
+              else erase(jt);  // written behind the version counter: the entry is stale
+              break;
+            }
           if (same) {
             ++hits_;
             return u;
           }
-          // Written behind the version counter: the entry is stale.
-          for (auto jt = lru_.begin(); jt != lru_.end(); ++jt)
-            if (jt->u == u) {
-              erase(jt);
-              break;
-            }
           break;
         }
+      if (second_use && !admits(w, now, lim - need - wbytes)) return nullptr;
       // Room for the new entry; an evicted buffer of the same size is reused: a pipeline whose weights exceed
       // the bound then misses every call, and fresh pages for a 38 MB U cost ~10% of a large convolution.
       shrink(lim - need - wbytes, &recycled, need);
@@ -289,7 +323,7 @@ class WinoCache {
     std::memcpy(c, w.const_data_ptr(), wbytes);
     std::lock_guard<std::mutex> lock(mu_);
     ++misses_;
-    lru_.emplace_front(w, recycled, need, copy);
+    lru_.emplace_front(w, recycled, need, copy, lookups_);
     total_ += lru_.front().bytes;
     shrink(lim, nullptr, 0);  // another thread may have inserted meanwhile
     return recycled;
@@ -303,10 +337,45 @@ class WinoCache {
   void clear() {
     std::lock_guard<std::mutex> lock(mu_);
     lru_.clear();
+    seen_.clear();
     total_ = 0;
   }
 
  private:
+  // Second-use admission of w (lock held): whether w was seen before (else it is remembered, the oldest of
+  // kSeen such weights forgotten) and the entries evicted to bring total_ to room were all unused since.
+  bool admits(const at::Tensor& w, uint64_t now, size_t room) {
+    constexpr size_t kSeen = 64;
+    uint64_t prev = 0;
+    bool found = false;
+    for (auto it = seen_.begin(); it != seen_.end();) {
+      auto next = std::next(it);
+      if (it->storage.expired()) {
+        seen_.erase(it);
+      } else if (!found && it->matches(w)) {
+        found = true, prev = it->seen, it->seen = now;
+        seen_.splice(seen_.begin(), seen_, it);
+      }
+      it = next;
+    }
+    if (!found) {
+      seen_.emplace_front(w, now);
+      if (seen_.size() > kSeen) seen_.pop_back();
+      return false;
+    }
+    size_t total = total_;
+    for (auto it = lru_.rbegin(); it != lru_.rend() && total > room; ++it) {
+      if (it->used > prev) return false;  // used since w's previous lookup: at least as hot as w
+      total -= it->bytes;
+    }
+    for (auto it = seen_.begin(); it != seen_.end(); ++it)
+      if (it->seen == now) {
+        seen_.erase(it);  // admitted: the entry takes over
+        break;
+      }
+    return true;
+  }
+
   void erase(std::list<WinoEntry>::iterator it) {
     total_ -= it->bytes;
     lru_.erase(it);
@@ -334,6 +403,8 @@ class WinoCache {
 
   std::mutex mu_;
   std::list<WinoEntry> lru_;  // most recently used first
+  std::list<WinoSeen> seen_;  // weights a second-use lookup saw but did not admit, most recent first
+  uint64_t lookups_ = 0;
   size_t total_ = 0;
   int64_t hits_ = 0, misses_ = 0;
 };
@@ -444,11 +515,11 @@ bool handoff_pays(const at::Tensor& input, const at::Tensor& weight, at::IntArra
   return 4 * out >= input.numel();
 }
 
-at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
-                        at::IntArrayRef output_padding, int64_t groups) {
-  Geometry g;
-  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g, true)) {
+// The forward on PyTorch's CPU convolution (the device memory aliased), for what the native kernels decline.
+at::Tensor conv_forward_cpu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                            bool transposed_, at::IntArrayRef output_padding, int64_t groups) {
+  {
     // PyTorch's CPU convolution on oneDNN (bf16/fp16) computes a contiguous input's output in channels-last
     // and converts it with the CPU's strided copy (16 ms of a [1,128,256,256] bf16 VAE convolution's time).
     // Handing it channels-last operands, converted by the device's copy kernel, leaves it nothing to convert
@@ -467,8 +538,26 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
     return neuron_convolution_overrideable(input, weight, bias, stride, padding, dilation, transposed_,
                                            output_padding, groups);
   }
-  NEURON_NATIVE("aten::convolution_overrideable");
+}
+
+at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed_,
+                        at::IntArrayRef output_padding, int64_t groups) {
+  Geometry g;
+  if (!native_ok(input, weight, bias, stride, padding, dilation, transposed_, groups, &g, true))
+    return conv_forward_cpu(input, weight, bias, stride, padding, dilation, transposed_, output_padding, groups);
   const char* op = "convolution";
+  std::shared_ptr<void> u_if_cached;  // a Winograd::if_cached convolution's U (groups == 1)
+  size_t u_bytes = 0;
+  if (g.winograd && g.wino_if_cached) {
+    u_if_cached = wino_cache().get(weight, &u_bytes, op, /*second_use=*/true);
+    if (!u_if_cached) {  // not cached (yet): the route it takes without Winograd
+      g.winograd = false;
+      if (!g.pointwise && !im2col_pays(g, input.scalar_type()))
+        return conv_forward_cpu(input, weight, bias, stride, padding, dilation, transposed_, output_padding, groups);
+    }
+  }
+  NEURON_NATIVE("aten::convolution_overrideable");
   at::Tensor out = at::empty({g.N, g.OC, g.OH, g.OW}, input.options(), output_format(input, weight));
   if (out.numel() == 0) return out;
   if (g.C == 0 || g.kh * g.kw == 0) {  // an empty reduction: the bias alone (or zeros)
@@ -485,8 +574,8 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
       at::Tensor oi = g.groups == 1 ? out : out.narrow(1, grp * g.OCg, g.OCg);
       nk_tensor o = nk_desc(oi, op), x = nk_desc(xi, op), b{};
       if (has_bias) b = nk_desc(g.groups == 1 ? *bias : bias->narrow(0, grp * g.OCg, g.OCg), op);
-      size_t ubytes = 0;
-      std::shared_ptr<void> u = wino_cache().get(wi, &ubytes, op);
+      size_t ubytes = u_bytes;
+      std::shared_ptr<void> u = u_if_cached ? u_if_cached : wino_cache().get(wi, &ubytes, op);
       if (u) {
         check(nk_conv3x3_winograd_pretransformed(&o, &x, u.get(), ubytes, has_bias ? &b : nullptr, g.p), op, input);
       } else {  // not cached: the one-call form transforms into the thread's kept scratch
