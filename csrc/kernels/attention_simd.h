@@ -137,11 +137,35 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vhsum16)(const nk_v16f a[16]) {
 }
 
 #ifndef NK_ATTN_OWN_ROWS /* the including file supplies the row functions */
+#ifdef NK_ATTN_AVX512_EXP
+/* A NaN anywhere makes the maximum NaN, found by an unordered-compare mask beside a plain max (two
+ * instructions per vector, in two independent chains) instead of the NaN-keeping max's compares and blend
+ * in one chain. */
+NK_TGT static float NK_SFX(nk_row_max)(const float *s, int64_t n) {
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    __mmask16 u = 0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+        const __m512 v0 = _mm512_loadu_ps(s + j), v1 = _mm512_loadu_ps(s + j + 16);
+        m0 = _mm512_max_ps(m0, v0);
+        m1 = _mm512_max_ps(m1, v1);
+        u |= _mm512_cmp_ps_mask(v0, v1, _CMP_UNORD_Q);
+    }
+    if (j < n) {
+        const __m512 v0 = _mm512_loadu_ps(s + j);
+        m0 = _mm512_max_ps(m0, v0);
+        u |= _mm512_cmp_ps_mask(v0, v0, _CMP_UNORD_Q);
+    }
+    if (u != 0) return NAN;
+    return _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+}
+#else
 NK_TGT static float NK_SFX(nk_row_max)(const float *s, int64_t n) {
     nk_v16f m = NK_SFX(nk_vsplat)(-INFINITY);
     for (int64_t j = 0; j < n; j += 16) m = NK_SFX(nk_vmax_nan)(m, NK_VLOAD(s + j));
     return NK_SFX(nk_vhmax)(m);
 }
+#endif
 
 /* s[j] *= scale; returns the maximum of the scaled row. */
 NK_TGT static float NK_SFX(nk_row_scale_max)(float *s, int64_t n, float scale) {
@@ -365,6 +389,9 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
     .row_exp_sum = NK_SFX(nk_row_exp_sum),
     .row_exp = NK_SFX(nk_row_exp),
     .n_align = 16,
+#ifdef NK_ATTN_GEMM_PK
+    .gemm_pk = NK_ATTN_GEMM_PK,
+#endif
 };
 #undef NK_GEMM_TILE
 #undef NK_GEMM_TILE_B

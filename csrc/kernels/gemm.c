@@ -79,6 +79,10 @@ bool nk_gemm_bf16_on_dp(void) {
     return k == BF16_DP || k == BF16_DP_SKINNY;
 }
 
+bool nk_gemm_bf16_packed_on_dp(void) {
+    return bf16_get() == BF16_DP;
+}
+
 const char *nk_gemm_isa_name(void) {
     return isa_get()->name;
 }

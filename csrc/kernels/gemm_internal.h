@@ -204,6 +204,7 @@ void nk_dp_matmul(int64_t m, int64_t np, int64_t kp, const uint16_t *a, int64_t 
                   float *c, int64_t ldc, bool accumulate);
 /* gemm.c: the bf16 dot products are in use (on every product, or on the skinny ones and attention only). */
 bool nk_gemm_bf16_on_dp(void);
+bool nk_gemm_bf16_packed_on_dp(void); /* the packed products too (the dot instruction outruns the FMAs) */
 /* peak_bf16.c: vdpbf16ps flops per second over fp32 FMA flops per second on the calling thread (0 without
  * AVX512-BF16); decides whether packed bf16 products run on the dot instruction. */
 double nk_gemm_dp_fma_ratio(void);
