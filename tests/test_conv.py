@@ -548,6 +548,72 @@ def test_winograd_large_weight_on_its_second_use(dtype, monkeypatch):
     torch_neuronx._C._winograd_cache_clear()
 
 
+
+# ---- few output channels (nk_conv2d_few_out, kernels/conv_direct.c) ----------------------------------------
+
+def _form(x, form):
+    if form == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if form == "strided":  # every other column of a wider image: no unit stride anywhere but channels
+        wide = torch.zeros(*x.shape[:3], 2 * x.shape[3], dtype=x.dtype)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x
+
+
+@pytest.mark.skipif(torch_neuronx._C._gemm_isa() == "generic", reason="measured only with SIMD micro-kernels")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("form", ["contiguous", "channels_last", "strided"])
+def test_default_takes_the_direct_kernel_for_few_output_channels(dtype, form, monkeypatch):
+    """A VAE decoder's conv_out (128 -> 3, 3x3) runs the direct kernel by default in every layout, within the
+    dtype's tolerance of CPU (bf16/fp16 summed in fp32 and rounded once, as CPU's oneDNN kernel does)."""
+    monkeypatch.delenv("TORCH_NEURONX_CONV_NATIVE", raising=False)
+    monkeypatch.delenv("TORCH_NEURONX_CONV_WINOGRAD", raising=False)
+    gen = torch.Generator().manual_seed(31)
+    x = _form(torch.randn(1, 128, 45, 67, generator=gen).to(dtype), form)
+    w = (torch.randn(3, 128, 3, 3, generator=gen) / 34).to(dtype)
+    b = torch.randn(3, generator=gen).to(dtype)
+    with torch.no_grad():
+        for bias in (b, None):
+            before = native("aten::convolution_overrideable")
+            got = F.conv2d(x.to("neuron"), w.to("neuron"), None if bias is None else bias.to("neuron"), padding=1)
+            assert native("aten::convolution_overrideable") == before + 1
+            want = F.conv2d(x, w, bias, padding=1)
+            assert got.is_contiguous(memory_format=torch.channels_last) == want.is_contiguous(
+                memory_format=torch.channels_last)
+            torch.testing.assert_close(got.cpu().float(), want.float(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("geom", [
+    dict(n=2, c=5, oc=1, hw=(9, 13), k=(3, 3), p=(1, 1), d=(1, 1)),
+    dict(n=1, c=7, oc=8, hw=(11, 6), k=(5, 3), p=(2, 0), d=(1, 1)),
+    dict(n=2, c=3, oc=5, hw=(17, 19), k=(3, 3), p=(0, 3), d=(2, 1)),
+    dict(n=1, c=16, oc=4, hw=(40, 70), k=(1, 7), p=(0, 3), d=(1, 2)),
+    dict(n=1, c=9, oc=2, hw=(5, 4), k=(2, 2), p=(1, 1), d=(1, 1)),
+])
+@pytest.mark.parametrize("form", ["contiguous", "channels_last", "strided"])
+def test_direct_few_out_kernel_odd_shapes(dtype, geom, form, monkeypatch):
+    """The direct kernel on odd geometries (kernel sizes, asymmetric padding, dilation, output channels 1-8, image
+    edges narrower than a vector), input layouts, a channels-last and a non-contiguous weight, against CPU."""
+    monkeypatch.setenv("TORCH_NEURONX_CONV_WINOGRAD", "0")  # with CONV_NATIVE=1: the direct kernel for these
+    gen = torch.Generator().manual_seed(32)
+    g = geom
+    x = _form(torch.randn(g["n"], g["c"], *g["hw"], generator=gen).to(dtype), form)
+    w = (torch.randn(g["oc"], g["c"], *g["k"], generator=gen) / (g["c"] * g["k"][0] * g["k"][1]) ** 0.5).to(dtype)
+    b = torch.randn(g["oc"], generator=gen).to(dtype)
+    weights = [w, w.contiguous(memory_format=torch.channels_last),
+               torch.randn(g["c"], g["oc"], *g["k"], generator=gen).to(dtype).transpose(0, 1)]
+    with torch.no_grad():
+        for wt in weights:
+            before = native("aten::convolution_overrideable")
+            got = F.conv2d(x.to("neuron"), wt.to("neuron"), b.to("neuron"), padding=g["p"], dilation=g["d"])
+            assert native("aten::convolution_overrideable") == before + 1
+            want = F.conv2d(x.float(), wt.float(), b.float(), padding=g["p"], dilation=g["d"])
+            tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else TOL[dtype]
+            torch.testing.assert_close(got.cpu().float(), want, **tol)
+
+
 def _cpu_flags():
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     from machine import cpu_flags  # the benchmarks' reading of /proc/cpuinfo

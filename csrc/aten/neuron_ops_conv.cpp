@@ -2,7 +2,8 @@
 // (kernels/conv.c) and one GEMM per image and group, fp32 accumulation, inputs in any strides, outputs
 // in the memory format CPU gives them; 3x3 stride-1 forwards (fp32/bf16/fp16) on large enough images by
 // Winograd F(4x4, 3x3) (kernels/conv_winograd.c, winograd_pays), on a transformed weight kept between calls
-// (WinoCache). Transposed, 1-D/3-D and other dtypes run PyTorch's CPU convolution on the same memory
+// (WinoCache); a stride-1 forward with at most 8 output channels directly (kernels/conv_direct.c, few_out_pays).
+// Transposed, 1-D/3-D and other dtypes run PyTorch's CPU convolution on the same memory
 // (neuron_convolution_overrideable).
 #include "aten/neuron_aten.h"
 
@@ -47,7 +48,25 @@ struct Geometry {
   bool pointwise;  // 1x1, stride 1, no padding: the image is already the column matrix
   bool winograd;   // the forward runs the Winograd kernel (kernels/conv_winograd.c)
   bool wino_if_cached;  // ... only on a transformed weight the cache serves (admitted on its second use)
+  bool few_out;    // the forward runs the direct kernel for few output channels (kernels/conv_direct.c)
 };
+
+// Whether the direct kernel for few output channels (nk_conv2d_few_out) can take the forward: stride 1, one
+// group, at most 8 output channels, a kernel larger than 1x1 (a 1x1 one is a GEMM on the image itself).
+bool few_out_fits(const Geometry& g) {
+  return g.groups == 1 && g.OC <= 8 && g.s[0] == 1 && g.s[1] == 1 && g.kh * g.kw > 1;
+}
+
+// Whether it beats PyTorch's CPU kernel (oneDNN's, which runs few output channels at a fraction of its speed:
+// 128->3 3x3 at 256x256 fp32 at 15 GFLOP/s on two threads). 2026-12-07, the 2-core Xeon (family 6 model 207,
+// AVX-512), one thread, 5 alternating rounds, ms CPU/neuron, 3x3 padding 1: 128->3 at 256x256 fp32 30.5/8.1,
+// bf16 31.9/7.9, fp16 50.3/8.3; 64->4 N2 at 64x64 fp32 1.30/0.52; 128->3 at 37x37 fp32 0.70/0.56 (1.25x), bf16
+// 2.4x; 512->8 at 32x32 fp32 1.92/1.77 (1.08x), bf16 1.9x, fp16 2.5x; 16->3 at 256x256 fp32 2.8x. Not measured
+// on AVX2.
+bool few_out_pays(const Geometry& g) {
+  static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
+  return simd && g.C * g.kh * g.kw >= 64 && g.N * g.OH * g.OW >= 1024;
+}
 
 // Whether the Winograd kernel can take the convolution: fp32/bf16/fp16 (bf16/fp16 computed in fp32 and rounded
 // once, as CPU's oneDNN kernel does), 3x3, stride 1, dilation 1 (any padding, groups).
@@ -177,8 +196,10 @@ bool native_ok(const at::Tensor& input, const at::Tensor& weight, const std::opt
   const char* force = std::getenv("TORCH_NEURONX_CONV_NATIVE");
   if (force != nullptr && force[0] != '\0') {
     g->winograd = fits && force[0] != '0';
+    g->few_out = forward && !g->winograd && force[0] != '0' && few_out_fits(*g);
     return force[0] != '0';
   }
+  if (forward && few_out_fits(*g) && few_out_pays(*g)) return g->few_out = true;
   const Winograd pays = fits && !wino_set ? winograd_pays(*g, st) : Winograd::no;
   g->winograd = fits && (wino_set || pays != Winograd::no);
   g->wino_if_cached = pays == Winograd::if_cached;
@@ -566,6 +587,12 @@ at::Tensor conv_forward(const at::Tensor& input, const at::Tensor& weight, const
     return out;
   }
   const bool has_bias = bias.has_value() && bias->defined();
+  if (g.few_out) {  // any strides in and out: no copies
+    nk_tensor o = nk_desc(out, op), x = nk_desc(input, op), w = nk_desc(weight, op), b{};
+    if (has_bias) b = nk_desc(*bias, op);
+    check(nk_conv2d_few_out(&o, &x, &w, has_bias ? &b : nullptr, g.p, g.d), op, input);
+    return out;
+  }
   if (g.winograd) {
     // Reads the input, weight and bias through their strides and writes out's layout: no copies.
     for (int64_t grp = 0; grp < g.groups; ++grp) {

@@ -141,6 +141,15 @@ size_t nk_conv3x3_winograd_weight_bytes(int64_t oc, int64_t c);
 nk_status nk_conv3x3_winograd_weight(void *u, size_t bytes, const nk_tensor *weight);
 nk_status nk_conv3x3_winograd_pretransformed(const nk_tensor *out, const nk_tensor *in, const void *u, size_t bytes,
                                              const nk_tensor *bias, const int64_t padding[2]);
+/*
+ * out = conv2d(in, weight) + bias, stride 1, any kernel size, zero padding and dilation (rows, cols), directly
+ * (conv_direct.c): for few output channels (a VAE's conv_out, 128 -> 3), where a GEMM's operand would be only
+ * OC rows tall. in [N, C, H, W], weight [OC, C, kh, kw], out [N, OC, OH, OW], bias [OC] or NULL, any strides;
+ * one dtype, F32/BF16/F16 (else NK_UNSUPPORTED), summed in fp32 and rounded once. NK_INVALID on a shape
+ * mismatch, NK_NO_MEMORY without host scratch (the weight in fp32, a few rows per task).
+ */
+nk_status nk_conv2d_few_out(const nk_tensor *out, const nk_tensor *in, const nk_tensor *weight,
+                            const nk_tensor *bias, const int64_t padding[2], const int64_t dilation[2]);
 /* The micro-kernel family in use ("avx512", "avx2", "generic"). */
 const char *nk_gemm_isa_name(void);
 /* Measured fp32 FMA throughput of this machine on all pool threads (GFLOP/s): a register-only FMA
