@@ -178,11 +178,39 @@ NK_TGT static float NK_SFX(nk_row_scale_max)(float *s, int64_t n, float scale) {
     return NK_SFX(nk_vhmax)(m);
 }
 
+#ifdef NK_ATTN_AVX512_EXP
+/*
+ * exp of the softmax's arguments (a score minus its row maximum: <= 0 or NaN) in 10 instructions where
+ * nk_vexp takes 13: no clamp on the overflow side (vscalefps saturates anyway), ln2 in one float (the
+ * error, |n| * 2e-9 relative, falls on values of 2^n: absolutely below 1e-9 of the row's largest
+ * probability), and the underflow side only as the zeroing mask (below -87.34 gives exactly 0, -inf too;
+ * a NaN is kept and flows through).
+ */
+NK_TGT static inline nk_v16f NK_SFX(nk_vexp_softmax)(nk_v16f x) {
+    const __mmask16 keep = _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(-87.33654f), _CMP_NLT_UQ);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps((__m512)x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const nk_v16f r = x - (nk_v16f)n * 0.693147180559945309f;
+    nk_v16f p = NK_SFX(nk_vsplat)(1.f / 720.f);
+    p = p * r + 1.f / 120.f;
+    p = p * r + 1.f / 24.f;
+    p = p * r + 1.f / 6.f;
+    p = p * r + 0.5f;
+    p = p * r + 1.f;
+    p = p * r + 1.f;
+    return (nk_v16f)_mm512_maskz_scalef_ps(keep, (__m512)p, n);
+}
+#endif
+
 /* s[j] = exp(s[j] - m); returns the sum. */
 NK_TGT static float NK_SFX(nk_row_exp_sum)(float *s, int64_t n, float m) {
     nk_v16f acc = NK_SFX(nk_vsplat)(0.f);
     for (int64_t j = 0; j < n; j += 16) {
+#ifdef NK_ATTN_AVX512_EXP
+        const nk_v16f e = NK_SFX(nk_vexp_softmax)(NK_VLOAD(s + j) - m);
+#else
         const nk_v16f e = NK_SFX(nk_vexp)(NK_VLOAD(s + j) - m);
+#endif
         NK_VSTORE(s + j, e);
         acc += e;
     }
