@@ -38,6 +38,17 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vselect)(nk_v16i mask, nk_v16f a, nk_v16f
     return (nk_v16f)(((nk_v16i)a & mask) | ((nk_v16i)b & ~mask));
 }
 
+/* exp(r) for |r| <= ln2/2: the degree-6 Taylor polynomial of every exponential below. */
+NK_TGT static inline nk_v16f NK_SFX(nk_vexp_poly)(nk_v16f r) {
+    nk_v16f p = NK_SFX(nk_vsplat)(1.f / 720.f);
+    p = p * r + 1.f / 120.f;
+    p = p * r + 1.f / 24.f;
+    p = p * r + 1.f / 6.f;
+    p = p * r + 0.5f;
+    p = p * r + 1.f;
+    return p * r + 1.f;
+}
+
 /*
  * exp(x) for 16 lanes: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for exactness), exp(r) by a
  * degree-6 Taylor polynomial (relative error < 3e-7, a few ulp), 2^n added to the exponent bits.
@@ -55,13 +66,7 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vexp)(nk_v16f x) {
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     nk_v16f r = (nk_v16f)xc - (nk_v16f)n * 0.693359375f;
     r = r - (nk_v16f)n * -2.12194440e-4f;
-    nk_v16f p = NK_SFX(nk_vsplat)(1.f / 720.f);
-    p = p * r + 1.f / 120.f;
-    p = p * r + 1.f / 24.f;
-    p = p * r + 1.f / 6.f;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
+    const nk_v16f p = NK_SFX(nk_vexp_poly)(r);
     return (nk_v16f)_mm512_maskz_scalef_ps((__mmask16)~under, (__m512)p, n);
 }
 #else
@@ -76,13 +81,7 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vexp)(nk_v16f x) {
     const nk_v16f n = (xc * 1.44269504088896341f + magic) - magic;
     nk_v16f r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
-    nk_v16f p = NK_SFX(nk_vsplat)(1.f / 720.f);
-    p = p * r + 1.f / 120.f;
-    p = p * r + 1.f / 24.f;
-    p = p * r + 1.f / 6.f;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
+    const nk_v16f p = NK_SFX(nk_vexp_poly)(r);
     /* n in [-126, 128]: scale in two halves so 2^128 (x near the top of the range) does not overflow
      * the exponent field before the multiply. */
     const nk_v16i ni = __builtin_convertvector(n, nk_v16i);
@@ -191,13 +190,7 @@ NK_TGT static inline nk_v16f NK_SFX(nk_vexp_softmax)(nk_v16f x) {
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps((__m512)x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const nk_v16f r = x - (nk_v16f)n * 0.693147180559945309f;
-    nk_v16f p = NK_SFX(nk_vsplat)(1.f / 720.f);
-    p = p * r + 1.f / 120.f;
-    p = p * r + 1.f / 24.f;
-    p = p * r + 1.f / 6.f;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
+    const nk_v16f p = NK_SFX(nk_vexp_poly)(r);
     return (nk_v16f)_mm512_maskz_scalef_ps(keep, (__m512)p, n);
 }
 #endif

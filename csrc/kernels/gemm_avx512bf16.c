@@ -72,44 +72,49 @@ DP_INLINE __m512bh as_bh(__m512i v) {
  * dot instructions against 2 vector loads and 12 broadcasts, so the dot unit stays the limit. A smaller
  * R serves the last rows of A (M = 128 is 10 x 12 + 8) without multiplying zeros. The lines of pf are
  * prefetched into L2 one every kq / n pairs (nk_gemm_prefetch).
+ * Row i's word for pair q is pa[i * rs + q * qs]: a packed micro-panel (rs 1, qs MR) or bf16 rows read in
+ * place (rs the row stride in words, qs 1; pf NULL: nothing streams).
  */
-DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
-                        bool accumulate, nk_gemm_prefetch *pf) {
+DP_INLINE void ukr_rows(const int R, int64_t kq, const uint32_t *pa, int64_t rs, int64_t qs, const uint32_t *pb,
+                        float *c, int64_t ldc, bool accumulate, nk_gemm_prefetch *pf) {
     __m512 acc[MR][2];
-    nk_gemm_prefetch w = *pf; /* in registers while the loop runs */
+    nk_gemm_prefetch w = {0};
+    if (pf != NULL) w = *pf; /* in registers while the loop runs */
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     if (accumulate) nk_tile_prefetch_c(c, ldc, R);
     for (int64_t q = 0; q < kq; q++) {
         const __m512bh b0 = as_bh(_mm512_load_si512((const void *)pb));
         const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
-        /* The A micro-panel streams from L2. */
-        _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
-        nk_gemm_prefetch_tick(&w, q);
+        if (pf != NULL) {
+            /* The A micro-panel streams from L2. */
+            _mm_prefetch((const char *)(pa + 8 * MR), _MM_HINT_T0);
+            nk_gemm_prefetch_tick(&w, q);
+        }
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
-            const __m512bh a = as_bh(_mm512_set1_epi32((int)pa[i]));
+            const __m512bh a = as_bh(_mm512_set1_epi32((int)pa[i * rs]));
             acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a, b0);
             acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a, b1);
         }
-        pa += MR;
+        pa += qs;
         pb += NR;
     }
-    *pf = w; /* the next call continues the walk */
+    if (pf != NULL) *pf = w; /* the next call continues the walk */
     nk_tile_store_c(c, ldc, acc, R, accumulate);
 }
 
 DP_TARGET static void ukr_dp12(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
                                bool accumulate, nk_gemm_prefetch *pf) {
-    ukr_rows(12, kq, pa, pb, c, ldc, accumulate, pf);
+    ukr_rows(12, kq, pa, 1, MR, pb, c, ldc, accumulate, pf);
 }
 DP_TARGET static void ukr_dp8(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
                                bool accumulate, nk_gemm_prefetch *pf) {
-    ukr_rows(8, kq, pa, pb, c, ldc, accumulate, pf);
+    ukr_rows(8, kq, pa, 1, MR, pb, c, ldc, accumulate, pf);
 }
 DP_TARGET static void ukr_dp4(int64_t kq, const uint32_t *pa, const uint32_t *pb, float *c, int64_t ldc,
                                bool accumulate, nk_gemm_prefetch *pf) {
-    ukr_rows(4, kq, pa, pb, c, ldc, accumulate, pf);
+    ukr_rows(4, kq, pa, 1, MR, pb, c, ldc, accumulate, pf);
 }
 
 /* r[j] holds 16 words of row j; afterwards r[q] holds word q of rows 0..15 (a 16 x 16 transpose). */
@@ -297,44 +302,19 @@ DP_TARGET bool nk_gemm_dpbf16_block(int64_t m, int64_t n, int64_t k, const uint1
 
 /* ---- attention's small products: B packed once and reused, A's bf16 rows read in place ------------- */
 
-/*
- * c (R x 32) = (accumulate ? c : 0) + A[R rows, kq pairs] . pb, A read where it lies (row i's pair q is
- * word q of row i, rows lda elements apart): attention's query and probability blocks are already bf16
- * rows, and packing them would cost a pass as long as the products at head dims of 40-80.
- */
-DP_INLINE void ukr_rows_direct(const int R, int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb,
-                               float *c, int64_t ldc, bool accumulate) {
-    __m512 acc[MR][2];
-    const uint32_t *aw = (const uint32_t *)a;
-    const int64_t ldw = lda / 2;
-#pragma GCC unroll 12
-    for (int i = 0; i < R; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    if (accumulate) nk_tile_prefetch_c(c, ldc, R);
-    for (int64_t q = 0; q < kq; q++) {
-        const __m512bh b0 = as_bh(_mm512_load_si512((const void *)pb));
-        const __m512bh b1 = as_bh(_mm512_load_si512((const void *)(pb + 16)));
-#pragma GCC unroll 12
-        for (int i = 0; i < R; i++) {
-            const __m512bh x = as_bh(_mm512_set1_epi32((int)aw[i * ldw + q]));
-            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], x, b0);
-            acc[i][1] = _mm512_dpbf16_ps(acc[i][1], x, b1);
-        }
-        pb += NR;
-    }
-    nk_tile_store_c(c, ldc, acc, R, accumulate);
-}
-
+/* Attention's query and probability blocks are already bf16 rows: read in place (ukr_rows), as packing
+ * them would cost a pass as long as the products at head dims of 40-80. */
 DP_TARGET static void ukr_direct12(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
                                    int64_t ldc, bool accumulate) {
-    ukr_rows_direct(12, kq, a, lda, pb, c, ldc, accumulate);
+    ukr_rows(12, kq, (const uint32_t *)a, lda / 2, 1, pb, c, ldc, accumulate, NULL);
 }
 DP_TARGET static void ukr_direct8(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
                                   int64_t ldc, bool accumulate) {
-    ukr_rows_direct(8, kq, a, lda, pb, c, ldc, accumulate);
+    ukr_rows(8, kq, (const uint32_t *)a, lda / 2, 1, pb, c, ldc, accumulate, NULL);
 }
 DP_TARGET static void ukr_direct4(int64_t kq, const uint16_t *a, int64_t lda, const uint32_t *pb, float *c,
                                   int64_t ldc, bool accumulate) {
-    ukr_rows_direct(4, kq, a, lda, pb, c, ldc, accumulate);
+    ukr_rows(4, kq, (const uint32_t *)a, lda / 2, 1, pb, c, ldc, accumulate, NULL);
 }
 
 void nk_dp_pack_b(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int64_t kcur, int64_t ncur,

@@ -6,58 +6,12 @@
  */
 #include "neuron_kernels.h"
 #include "nk_test.h"
+#include "nk_test_values.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static nk_tensor desc(void *data, nk_dtype dt, int ndim, const int64_t *sizes, const int64_t *strides) {
-    nk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = ndim;
-    for (int d = 0; d < ndim; d++) t.sizes[d] = sizes[d], t.strides[d] = strides[d];
-    return t;
-}
-
-/* Values exact in bf16 and fp16 (small integers / 4) so the dtypes compare exactly. */
-static float val(int64_t i) {
-    return (float)((i * 37) % 11 - 5) * 0.25f;
-}
-
-static void put(void *p, nk_dtype dt, int64_t i, float v) {
-    if (dt == NK_F32) ((float *)p)[i] = v;
-    else {
-        /* exact for these values: build the bits from a float with few mantissa bits */
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        if (dt == NK_BF16) ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
-        else {
-            /* fp16: sign, exponent rebias, 10-bit mantissa (v is 0 or a normal number here) */
-            uint16_t h = 0;
-            if (v != 0.f) h = (uint16_t)(((u >> 16) & 0x8000) | ((((u >> 23) & 0xFF) - 112) << 10) | ((u >> 13) & 0x3FF));
-            ((uint16_t *)p)[i] = h;
-        }
-    }
-}
-
-static float get(const void *p, nk_dtype dt, int64_t i) {
-    if (dt == NK_F32) return ((const float *)p)[i];
-    uint16_t h = ((const uint16_t *)p)[i];
-    if (dt == NK_BF16) {
-        uint32_t u = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    if ((h & 0x7FFF) == 0) return (h & 0x8000) ? -0.f : 0.f;
-    uint32_t u = ((uint32_t)(h & 0x8000) << 16) | ((((h >> 10) & 0x1F) + 112u) << 23) | ((uint32_t)(h & 0x3FF) << 13);
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static void run(nk_dtype dt, int64_t N, int64_t C, int64_t OC, int64_t H, int64_t W, int64_t kh, int64_t kw,
                 const int64_t p[2], const int64_t d[2], int64_t wpad, bool cl_out, bool with_bias) {
