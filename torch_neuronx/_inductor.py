@@ -175,6 +175,44 @@ def _guard_neuron_device() -> None:
     scheduler.device_need_guard = device_need_guard
 
 
+def _concat_like_cpu() -> None:
+    """Inductor lowers ``cat`` on CPU to a ConcatKernel (each input written into its slice of the output, by
+    its own vectorized kernel or fused into its producer) and elsewhere, for GPUs, to a pointwise cat: one
+    loop over the output that picks each element's input with index masks. The C++ code generator does not
+    vectorize those masked loads, so on neuron a Flux single block's ``cat([attn, gelu(mlp)])`` (320 x 15360
+    fp32) ran as a scalar loop with a tanh per element, 48 ms per call against 9 ms the CPU way. The CPU
+    decision compares ``device.type == "cpu"``; neuron's C++ kernels take the same route here."""
+    from torch._inductor import config, ir, lowering
+
+    aten = torch.ops.aten
+    base = lowering.lowerings[aten.cat]
+    if getattr(base, "_neuron", False):
+        return
+
+    def cat(inputs, dim=0):
+        device = inputs[0].get_device() if inputs else None
+        if device is None or device.type != "neuron" or config.force_pointwise_cat or len(inputs) == 1:
+            return base(inputs, dim)
+        if all(x.get_dtype() in (torch.int8, torch.uint8) for x in inputs):
+            return base(inputs, dim)  # the generic path; its int8 fallback is for CPU's vectorizer only
+        sizevars = lowering.V.graph.sizevars
+        kept = [x for x in inputs
+                if not (len(x.get_size()) == 1 and sizevars.statically_known_equals(x.get_size()[0], 0))]
+        if len(kept) < 2:
+            return base(inputs, dim)  # ATen's skipping of empty 1-D inputs leaves a copy: the generic path
+        dim = lowering._validate_dim(kept[0], dim, 0)
+        dtype = lowering.get_promoted_dtype(
+            *kept, type_promotion_kind=lowering.ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        kept = [lowering.to_dtype(x, dtype) for x in kept]
+        return lowering.TensorBox(ir.ConcatKernel.create(kept, dim))
+
+    cat._neuron = True
+    lowering.lowerings[aten.cat] = cat
+    for key, fn in list(lowering.lowerings.items()):
+        if fn is base:  # aten.cat, its default and out overloads
+            lowering.lowerings[key] = cat
+
+
 def register() -> None:
     """Registers the neuron codegen with Inductor and the device interface with Dynamo (idempotent)."""
     global _registered
@@ -184,6 +222,7 @@ def register() -> None:
         _dynamo_interface.install()
         _treat_neuron_as_cpp_device()
         _guard_neuron_device()
+        _concat_like_cpu()
         register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
         if get_scheduling_for_device("neuron") is None:
             register_backend_for_device("neuron", CppScheduling, NeuronWrapperCodegen,
