@@ -198,6 +198,7 @@ def test_cat_lowered_as_on_cpu_vectorized_slices():
         (lambda x, y: torch.cat([x.sin(), y, x], dim=0), torch.randn(6), torch.randn(0)),
         (lambda x, y: torch.cat([x + y], dim=0), torch.randn(2, 3), torch.randn(2, 3)),
         (lambda x, y: torch.cat([x + 1, y * 3], dim=-1), torch.randint(-5, 5, (7, 3)), torch.randint(0, 9, (7, 4))),
+        (lambda x, y: torch.nn.functional.pad(x * y, (0, 3), value=1.5), torch.randn(5, 6), torch.randn(5, 6)),
     ]
     for g, x, y in cases:
         torch._dynamo.reset()

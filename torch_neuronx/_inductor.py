@@ -212,6 +212,18 @@ def _concat_like_cpu() -> None:
         if fn is base:  # aten.cat, its default and out overloads
             lowering.lowerings[key] = cat
 
+    # A right pad is lowered as cat([x, fill]) unless the device is CPU, whose ConcatKernel would spend a fill
+    # kernel and a copy on what one pointwise pad loop does: the same holds now for neuron.
+    pad_as_cat = lowering._pad_as_cat
+
+    def _pad_as_cat(x, padding, fill_value):
+        device = x.get_device()
+        if device is not None and device.type == "neuron":
+            return None
+        return pad_as_cat(x, padding, fill_value)
+
+    lowering._pad_as_cat = _pad_as_cat
+
 
 def register() -> None:
     """Registers the neuron codegen with Inductor and the device interface with Dynamo (idempotent)."""
