@@ -8,7 +8,8 @@
 - copy bandwidth (bytes read + written by a device copy between buffers 2x the LLC each), the bound of traffic that
   reads and writes at once;
 - the fp32 FMA peak (torch_neuronx._C._fma_peak_gflops, the GEMM micro-kernels' instruction mix) and the bf16
-  peak on the instruction the bf16 GEMM uses (_C._bf16_peak_gflops: AMX tiles, else AVX512-BF16).
+  peak on the instruction the bf16 GEMM uses (_C._bf16_peak_gflops: AMX tiles, else AVX512-BF16 where it
+  outruns the FMAs, else the fp32 FMA peak).
 
     python benchmarks/machine.py [--json out.json]
 """

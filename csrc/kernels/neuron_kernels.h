@@ -156,8 +156,9 @@ const char *nk_gemm_isa_name(void);
  * loop, the ceiling a GEMM can approach. 0 when no SIMD FMA is available. Takes ~0.1 s. */
 double nk_fma_peak_gflops(void);
 /* Measured bf16 multiply-add throughput on all pool threads (GFLOP/s, 2 per product) on the instruction the
- * bf16 GEMM uses here: AMX tiles, else AVX512-BF16 dot products; *method (if not NULL) names it ("amx",
- * "avx512_bf16", or "none" with 0 where the CPU has neither). Takes ~0.1 s. */
+ * bf16 GEMM uses here: AMX tiles, else AVX512-BF16 dot products where they outrun the FMAs, else the fp32
+ * FMA peak (the products widen into the fp32 kernels); *method (if not NULL) names it ("amx", "avx512_bf16",
+ * "fp32_fma", or "none" with 0 where the CPU has no bf16 instruction). Takes ~0.1 s. */
 double nk_bf16_peak_gflops(const char **method);
 
 /* ---- recurrent cells (rnn.c) --------------------------------------------------------------------- */

@@ -2,7 +2,7 @@
  * peak_bf16.c - the machine's bf16 multiply-add peak, the bound the bf16 GEMMs are reported against.
  *
  * Measured on the instruction the bf16 GEMM runs on where the CPU has it: AMX tiles (tdpbf16ps) first,
- * else AVX512-BF16 (vdpbf16ps). Both loops only touch registers/tiles, so memory never bounds them; the
+ * else AVX512-BF16 (vdpbf16ps) where it outruns the FMAs, else the fp32 FMA peak (the products widen). Both loops only touch registers/tiles, so memory never bounds them; the
  * accumulators are independent chains, enough to cover each instruction's latency. Everything that uses
  * these instructions carries its own target attribute and runs only after the CPU (and, for AMX, the
  * kernel's permission for the tile state) was checked.
@@ -126,6 +126,11 @@ double nk_bf16_peak_gflops(const char **method) {
         ctx.iters = 20000;
         flops_per_iter = 4.0 * PK_AMX_FLOPS_PER_INSN;
         if (method) *method = "amx";
+    } else if (pk_dp_available() && !nk_gemm_bf16_packed_on_dp()) {
+        /* The packed bf16 products widen into the fp32 kernels here (the dot instruction issues slower than
+         * the FMAs, nk_gemm_dp_fma_ratio), so their bound is the FMA peak. */
+        if (method) *method = "fp32_fma";
+        return nk_fma_peak_gflops();
     } else if (pk_dp_available()) {
         ctx.amx = false;
         ctx.iters = 100000;
