@@ -129,12 +129,30 @@ FEW_BODY(few_block_generic, , 4)
 
 typedef void (*few_block_fn)(const few_ctx *, const float *, const float *, float *);
 
+/* 0: the best the CPU has; else the family nk_conv_few_isa_force named (tests run every one the CPU has). */
+static int g_few_force;
+
 static few_block_fn few_pick(void) {
+    const int f = __atomic_load_n(&g_few_force, __ATOMIC_RELAXED);
+    if (f == 3) return few_block_generic;
 #if FEW_X86
-    if (__builtin_cpu_supports("avx512f")) return few_block_avx512;
+    if (f != 2 && __builtin_cpu_supports("avx512f")) return few_block_avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return few_block_avx2;
 #endif
     return few_block_generic;
+}
+
+bool nk_conv_few_isa_force(const char *name) {
+    int f = -1;
+    if (name == NULL || strcmp(name, "best") == 0) f = 0;
+    else if (strcmp(name, "generic") == 0) f = 3;
+#if FEW_X86
+    else if (strcmp(name, "avx512") == 0 && __builtin_cpu_supports("avx512f")) f = 1;
+    else if (strcmp(name, "avx2") == 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f = 2;
+#endif
+    if (f < 0) return false;
+    __atomic_store_n(&g_few_force, f, __ATOMIC_RELAXED);
+    return true;
 }
 
 typedef struct few_task {

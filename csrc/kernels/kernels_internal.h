@@ -182,4 +182,8 @@ void nk_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out
 /* Word p of the stream for seed (see neuron_kernels.h); slow, for tests and single draws. */
 uint32_t nk_philox_word(uint64_t seed, uint64_t p);
 
+/* Test hook (conv_direct.c): run nk_conv2d_few_out's blocks on the named family ("avx512", "avx2",
+ * "generic"; "best" or NULL: the CPU's best); false if the CPU lacks it. */
+bool nk_conv_few_isa_force(const char *name);
+
 #endif /* NEURON_KERNELS_INTERNAL_H */

@@ -7,6 +7,7 @@
 #include "neuron_kernels.h"
 #include "nk_test.h"
 #include "nk_test_values.h"
+#include "kernels_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -58,8 +59,14 @@ static void run(nk_dtype dt, int64_t N, int64_t C, int64_t OC, int64_t H, int64_
 int main(void) {
     const nk_dtype dts[] = {NK_F32, NK_BF16, NK_F16};
     const int64_t p11[2] = {1, 1}, p00[2] = {0, 0}, p23[2] = {2, 3}, d11[2] = {1, 1}, d21[2] = {2, 1}, d13[2] = {1, 3};
-    for (size_t t = 0; t < 3; t++) {
-        const nk_dtype dt = dts[t];
+    /* every vector family this CPU can run: the best first, then each narrower one */
+    const char *const isas[] = {"best", "avx2", "generic"};
+    for (size_t t = 0; t < 3 * 3; t++) {
+        if (t % 3 == 0 && !nk_conv_few_isa_force(isas[t / 3])) {
+            t += 2;
+            continue;
+        }
+        const nk_dtype dt = dts[t % 3];
         run(dt, 1, 5, 3, 9, 13, 3, 3, p11, d11, 0, false, true);
         run(dt, 2, 3, 8, 7, 70, 3, 3, p11, d11, 3, false, true);   /* 70 columns: vector blocks and a tail */
         run(dt, 1, 4, 5, 12, 33, 5, 3, p23, d21, 0, true, false);  /* dilated, asymmetric padding, channels-last out */
@@ -67,6 +74,7 @@ int main(void) {
         run(dt, 1, 2, 4, 3, 3, 2, 2, p00, d11, 0, false, true);    /* a 2x2 output */
         run(dt, 1, 16, 2, 20, 17, 3, 3, p11, d11, 1, false, true); /* more rows than a task's row block */
     }
+    nk_conv_few_isa_force("best");
     /* shape mismatch, bad dtype */
     float a[64] = {0}, o[64];
     const int64_t sz[4] = {1, 1, 3, 3}, st[4] = {9, 9, 3, 1}, wsz[4] = {1, 1, 3, 3}, osz[4] = {1, 1, 2, 2}, ost[4] = {4, 4, 2, 1};
