@@ -51,6 +51,12 @@ struct Geometry {
   bool few_out;    // the forward runs the direct kernel for few output channels (kernels/conv_direct.c)
 };
 
+// The native kernels' speed rules were measured on SIMD micro-kernels (AVX2, AVX-512), not the portable ones.
+bool simd_kernels() {
+  static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
+  return simd;
+}
+
 // Whether the direct kernel for few output channels (nk_conv2d_few_out) can take the forward: stride 1, one
 // group, at most 8 output channels, a kernel larger than 1x1 (a 1x1 one is a GEMM on the image itself).
 bool few_out_fits(const Geometry& g) {
@@ -64,8 +70,7 @@ bool few_out_fits(const Geometry& g) {
 // 2.4x; 512->8 at 32x32 fp32 1.92/1.77 (1.08x), bf16 1.9x, fp16 2.5x; 16->3 at 256x256 fp32 2.8x. Not measured
 // on AVX2.
 bool few_out_pays(const Geometry& g) {
-  static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
-  return simd && g.C * g.kh * g.kw >= 64 && g.N * g.OH * g.OW >= 1024;
+  return simd_kernels() && g.C * g.kh * g.kw >= 64 && g.N * g.OH * g.OW >= 1024;
 }
 
 // Whether the Winograd kernel can take the convolution: fp32/bf16/fp16 (bf16/fp16 computed in fp32 and rounded
@@ -116,8 +121,7 @@ size_t wino_cache_limit() {
 // evicting entries used since that weight's previous use (WinoCache::get); otherwise its other route.
 enum class Winograd { no, yes, if_cached };
 Winograd winograd_pays(const Geometry& g, at::ScalarType st) {
-  static const bool simd = std::strcmp(nk_gemm_isa_name(), "generic") != 0;
-  if (!simd || g.groups != 1 || g.Cg < 64 || g.OCg < 64) return Winograd::no;
+  if (!simd_kernels() || g.groups != 1 || g.Cg < 64 || g.OCg < 64) return Winograd::no;
   const int64_t tiles = g.N * ((g.OH + 3) / 4) * ((g.OW + 3) / 4);
   const bool big = g.Cg * g.OCg > 640 * 640;
   if (!big && tiles >= 64) return Winograd::yes;

@@ -22,7 +22,7 @@
 static const nk_gemm_isa *g_isa;
 
 /* How bf16 products run: converted to fp32 for the fp32 micro-kernels, on vdpbf16ps, or on AMX tiles.
- * BF16_DP_SKINNY: the packed path through the fp32 micro-kernels, the skinny one (and attention) on
+ * BF16_DP_SKINNY: the packed path (and attention) through the fp32 micro-kernels, the skinny one on
  * vdpbf16ps, for CPUs whose dot instruction does not outrun their FMAs (nk_gemm_dp_fma_ratio). */
 typedef enum bf16_kind { BF16_VIA_F32 = 1, BF16_DP, BF16_AMX, BF16_DP_SKINNY } bf16_kind;
 static int g_bf16; /* 0: not chosen yet */
@@ -72,11 +72,6 @@ static bf16_kind bf16_get(void) {
 
 bool nk_gemm_bf16_on_amx(void) {
     return bf16_get() == BF16_AMX;
-}
-
-bool nk_gemm_bf16_on_dp(void) {
-    const bf16_kind k = bf16_get();
-    return k == BF16_DP || k == BF16_DP_SKINNY;
 }
 
 bool nk_gemm_bf16_packed_on_dp(void) {

@@ -202,9 +202,8 @@ void nk_dp_pack_b(uint32_t *dst, const uint16_t *b, int64_t sk, int64_t sn, int6
                   int64_t kp);
 void nk_dp_matmul(int64_t m, int64_t np, int64_t kp, const uint16_t *a, int64_t lda, const uint32_t *bp,
                   float *c, int64_t ldc, bool accumulate);
-/* gemm.c: the bf16 dot products are in use (on every product, or on the skinny ones and attention only). */
-bool nk_gemm_bf16_on_dp(void);
-bool nk_gemm_bf16_packed_on_dp(void); /* the packed products too (the dot instruction outruns the FMAs) */
+/* gemm.c: packed bf16 products (and attention) run on the dot instruction, which outruns the FMAs here. */
+bool nk_gemm_bf16_packed_on_dp(void);
 /* peak_bf16.c: vdpbf16ps flops per second over fp32 FMA flops per second on the calling thread (0 without
  * AVX512-BF16); decides whether packed bf16 products run on the dot instruction. */
 double nk_gemm_dp_fma_ratio(void);
