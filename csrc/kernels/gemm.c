@@ -107,21 +107,16 @@ bool nk_gemm_isa_force(const char *name) {
  * is reused by all nc columns; the kc x nc block of packed B is reused by every mc block. A large nc
  * packs A fewer times, but on AVX-512 a 512-column block (512 KiB) keeps packed B in L2 beside A: at
  * 4096 columns it went to L3 and back, and re-packing A costs less (M=128 x 768 x 32000: 30 -> 24 ms).
- * prefetch_rows: the micro-kernels also prefetch the next B micro-panel (nk_gemm_prefetch) when B is
- * stored n-contiguous with rows at least 1 KiB apart, wherever it lies. Each 64-byte slice the packer
- * reads is then on its own 4 KiB page (or nearly), where hardware prefetchers stop, so without it the
- * packing waits on the L3 row by row.
  */
 typedef struct nk_gemm_blocking {
     const nk_gemm_isa *isa;
     int64_t kc, mc, nc;
-    bool prefetch_rows;
 } nk_gemm_blocking;
 
 static const nk_gemm_blocking g_blocking[] = {
-    {&nk_gemm_isa_avx512, 256, 144, 512, false},
-    {&nk_gemm_isa_avx2, 256, 72, 2048, true},
-    {&nk_gemm_isa_generic, 128, 64, 256, false},
+    {&nk_gemm_isa_avx512, 256, 144, 512},
+    {&nk_gemm_isa_avx2, 256, 72, 2048},
+    {&nk_gemm_isa_generic, 128, 64, 256},
 };
 
 static nk_gemm_blocking blocking_of(const nk_gemm_isa *isa) {
@@ -259,8 +254,7 @@ static void pack_a(float *dst, const char *a, nk_dtype dt, int64_t es, int64_t s
     }
 }
 
-/* Typed indexing (not bytes times a run-time element size) lets the row-major copy vectorise; the
- * prefetch covers rows that are far apart (a row-major B is read a 64-byte slice per row). */
+/* B stored n-contiguous (sn == 1, sk != 1) goes through pack_rows instead, a whole block at a time. */
 #define PACK_B_LOOP(T, LOAD)                                                                               \
     for (int64_t p0 = 0; p0 < ncur; p0 += nr) {                                                            \
         const int64_t cols = ncur - p0 < nr ? ncur - p0 : nr;                                              \
@@ -273,11 +267,6 @@ static void pack_a(float *dst, const char *a, nk_dtype dt, int64_t es, int64_t s
         if (sk == 1 && sn != 1) {                                                                          \
             for (int64_t j = 0; j < cols; j++)                                                             \
                 for (int64_t k = 0; k < kcur; k++) d[k * nr + j] = LOAD(bp[j * sn + k]);                  \
-        } else if (sn == 1 && cols == nr) {                                                                \
-            for (int64_t k = 0; k < kcur; k++) {                                                           \
-                __builtin_prefetch(bp + (k + 8) * sk);                                                     \
-                for (int64_t j = 0; j < nr; j++) d[k * nr + j] = LOAD(bp[k * sk + j]);                     \
-            }                                                                                              \
         } else {                                                                                           \
             for (int64_t k = 0; k < kcur; k++)                                                             \
                 for (int64_t j = 0; j < cols; j++) d[k * nr + j] = LOAD(bp[k * sk + j * sn]);              \
@@ -295,6 +284,38 @@ static void pack_b(float *dst, const char *b, nk_dtype dt, int64_t es, int64_t s
     case NK_F16: PACK_B_LOOP(uint16_t, LD_F16) break;
     default: PACK_B_LOOP(float, LD_F32) break;
     }
+}
+
+/* The portable nk_gemm_pack_rows_fn: rows PF_ROWS ahead are prefetched (rows ldk apart are further
+ * apart than hardware prefetchers look). */
+#define PF_ROWS 4
+#define PACK_ROWS_LOOP(T, LOAD)                                                                            \
+    for (int64_t k = 0; k < kc; k++) {                                                                     \
+        const T *row = (const T *)src + k * ldk;                                                           \
+        if (k + PF_ROWS < kc)                                                                              \
+            for (int64_t l = 0; l < lines; l++) __builtin_prefetch((const char *)(row + PF_ROWS * ldk) + 64 * l); \
+        for (int64_t p = 0; p < panels; p++) {                                                             \
+            float *d = dst + (p * kc + k) * w;                                                             \
+            const int64_t have = count - p * w < w ? count - p * w : w;                                    \
+            for (int64_t j = 0; j < have; j++) d[j] = LOAD(row[p * w + j]);                                \
+            for (int64_t j = have; j < w; j++) d[j] = 0.f;                                                 \
+        }                                                                                                  \
+    }
+
+static void pack_rows_portable(float *dst, const void *src, nk_dtype dt, int64_t ldk, int64_t count, int64_t kc,
+                               int64_t w) {
+    const int64_t panels = (count + w - 1) / w;
+    const int64_t lines = (count * (int64_t)nk_dtype_size(dt) + 63) / 64 + 1;
+    switch (dt) {
+    case NK_BF16: PACK_ROWS_LOOP(uint16_t, LD_BF16) break;
+    case NK_F16: PACK_ROWS_LOOP(uint16_t, LD_F16) break;
+    default: PACK_ROWS_LOOP(float, LD_F32) break;
+    }
+}
+
+static void pack_rows(const nk_gemm_isa *isa, float *dst, const char *src, nk_dtype dt, int64_t ldk, int64_t count,
+                      int64_t kc, int64_t w) {
+    (isa->pack_rows != NULL ? isa->pack_rows : pack_rows_portable)(dst, src, dt, ldk, count, kc, w);
 }
 
 int64_t nk_gemm_prefetch_init(nk_gemm_prefetch *pf, const char *b, int64_t es, int64_t sk, int64_t sn, int64_t kcur,
@@ -334,6 +355,7 @@ static void gemm_packed_rows(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
     const int64_t kc = p->blk.kc, mc = p->blk.mc;
     const int64_t mt = m1 - m0;
     const bool direct = p->dt == NK_F32 && p->c_sn == 1 && p->s == NULL;
+    const bool b_rows = p->b_sn == 1 && p->b_sk != 1;
     /* Bound the accumulator buffer (mt x nc floats) to 1M floats by narrowing nc. */
     int64_t nc = p->blk.nc;
     if (!direct && mt * nc > (1 << 20)) {
@@ -370,18 +392,21 @@ static void gemm_packed_rows(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
             const int64_t kcur = p->k - pc < kc ? p->k - pc : kc;
             const bool accumulate = pc > 0;
             const char *bk = bbase + (pc * p->b_sk + jc * p->b_sn) * es;
+            if (b_rows) pack_rows(isa, bp, bk, p->dt, p->b_sk, ncur, kcur, nr);
             for (int64_t ic = m0; ic < m1; ic += mc) {
                 const int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
                 const int64_t parts = (mcur + mr - 1) / mr;
-                pack_a(ap, abase + (ic * p->a_sm + pc * p->a_sk) * es, p->dt, es, p->a_sm, p->a_sk, mcur, kcur, mr,
-                       isa->pack_a_kcontig);
+                const char *asrc = abase + (ic * p->a_sm + pc * p->a_sk) * es;
+                if (p->a_sm == 1 && p->a_sk != 1) pack_rows(isa, ap, asrc, p->dt, p->a_sk, mcur, kcur, mr);
+                else pack_a(ap, asrc, p->dt, es, p->a_sm, p->a_sk, mcur, kcur, mr, isa->pack_a_kcontig);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     const int64_t cols = ncur - jr < nr ? ncur - jr : nr;
                     float *pb = bp + jr * kcur;
                     /* The first row block packs each B micro-panel right before it uses it (it is still
                      * in L1 then), the micro-kernels prefetching the next one's source meanwhile when B
-                     * comes from DRAM; the other row blocks find the panels packed. */
-                    const bool first = ic == m0, next = p->stream_b && first && jr + nr < ncur;
+                     * comes from DRAM; the other row blocks find the panels packed. An n-contiguous B
+                     * was packed whole above. */
+                    const bool first = ic == m0 && !b_rows, next = p->stream_b && first && jr + nr < ncur;
                     if (first)
                         pack_b(pb, bk + jr * p->b_sn * es, p->dt, es, p->b_sk, p->b_sn, kcur, cols, nr,
                                isa->pack_b_kcontig);
@@ -806,8 +831,7 @@ nk_status nk_gemm(const nk_tensor *out, const nk_tensor *a, const nk_tensor *b, 
     }
     if (p.m <= skinny_m && (p.b_sk == 1 || p.b_sn == 1)) return gemm_skinny(&p);
     if (dt == NK_BF16 && p.bf16 == BF16_AMX && p.m <= AMX_SKINNY_M && p.b_sk == 1) return gemm_amx_skinny(&p);
-    p.stream_b = (double)p.k * (double)p.n * (double)p.es > 0.5 * (double)l3_bytes() ||
-                 (p.blk.prefetch_rows && p.b_sn == 1 && p.b_sk * p.es >= 1024);
+    p.stream_b = (double)p.k * (double)p.n * (double)p.es > 0.5 * (double)l3_bytes();
 
     const int threads = nk_threads_get();
     int64_t per_batch = batch >= threads ? 1 : (threads + batch - 1) / batch;

@@ -136,6 +136,49 @@ AVX512_TARGET static void pack_a_kcontig_avx512(float *dst, const void *src, nk_
     }
 }
 
+/* nk_gemm_pack_rows_fn for a panel width W known at compile time. The rows are ldk apart, often further
+ * than the hardware prefetchers look, so each row's segment is asked for PF_ROWS rows ahead. */
+#define PF_ROWS 4
+AVX512_INLINE void pack_rows_dt(float *dst, const char *src, nk_dtype dt, size_t es, int64_t ldk, int64_t count,
+                                int64_t kc, const int W) {
+    const int64_t panels = (count + W - 1) / W;
+    const int64_t lines = (count * (int64_t)es + 63) / 64 + 1; /* the segment need not start on a line */
+    const int64_t row_bytes = ldk * (int64_t)es;
+    for (int64_t k = 0; k < kc; k++) {
+        const char *row = src + k * row_bytes;
+        if (k + PF_ROWS < kc)
+            for (int64_t l = 0; l < lines; l++) _mm_prefetch(row + PF_ROWS * row_bytes + 64 * l, _MM_HINT_T0);
+        float *d = dst + k * W;
+        for (int64_t p = 0; p < panels; p++, d += kc * W) {
+            const int64_t j0 = p * W;
+#pragma GCC unroll 2
+            for (int v = 0; v < W; v += 16) {
+                const int64_t have = count - j0 - v;
+                const __mmask16 lm = have <= 0 ? 0 : tail_mask(have); /* masked lanes read nothing */
+                _mm512_mask_storeu_ps(d + v, tail_mask(W - v), load16(row + (j0 + v) * (int64_t)es, dt, lm));
+            }
+        }
+    }
+}
+
+#define PACK_ROWS_W(W)                                                                                    \
+    AVX512_TARGET static void pack_rows_w##W(float *dst, const void *src, nk_dtype dt, int64_t ldk, int64_t count, \
+                                             int64_t kc) {                                                \
+        switch (dt) {                                                                                     \
+        case NK_BF16: pack_rows_dt(dst, src, NK_BF16, 2, ldk, count, kc, W); break;                       \
+        case NK_F16: pack_rows_dt(dst, src, NK_F16, 2, ldk, count, kc, W); break;                         \
+        default: pack_rows_dt(dst, src, NK_F32, 4, ldk, count, kc, W); break;                             \
+        }                                                                                                 \
+    }
+PACK_ROWS_W(12)
+PACK_ROWS_W(32)
+
+static void pack_rows_avx512(float *dst, const void *src, nk_dtype dt, int64_t ldk, int64_t count, int64_t kc,
+                             int64_t w) {
+    if (w == MR) pack_rows_w12(dst, src, dt, ldk, count, kc);
+    else pack_rows_w32(dst, src, dt, ldk, count, kc);
+}
+
 /* ---- skinny path: dot products along contiguous k ----------------------------------------------- */
 
 /* c[ii, jj] = a[ii, :] . B[:, jj] for MB rows and NB columns; the NB columns of B stream once. */
@@ -374,6 +417,7 @@ const nk_gemm_isa nk_gemm_isa_avx512 = {
     .ukr = ukr_avx512,
     .pack_a_kcontig = pack_a_kcontig_avx512,
     .pack_b_kcontig = pack_b_kcontig_avx512,
+    .pack_rows = pack_rows_avx512,
     .skinny_kcontig = skinny_kcontig_avx512,
     .skinny_ncontig = skinny_ncontig_avx512,
 };

@@ -235,6 +235,14 @@ static void run_isa(const char *isa) {
                 }
                 run_case(&gc, isa);
             }
+    /* Past the AVX-512 blocking (mc 144, nc 512, kc 256), with edges: the row-block packers (A stored
+     * i-contiguous, B n-contiguous) fill several blocks of panels. */
+    for (size_t d = 0; d < 2; d++)
+        for (int la = 0; la < 2; la++) {
+            gcase gc = {.dt = d ? NK_BF16 : NK_F32, .batch = 1, .m = 157, .n = 531, .k = 270, .la = la ? COL : ROW,
+                        .lb = ROW, .lc = ROW, .alpha = 1.0, .beta = la ? 0.5 : 0.0, .self_mode = la};
+            run_case(&gc, isa);
+        }
     /* Batched, b broadcast over the batch, transposed operands. */
     for (size_t d = 0; d < 4; d++)
         for (int64_t bmul = 0; bmul <= 1; bmul++) {
