@@ -208,6 +208,48 @@ def test_cat_lowered_as_on_cpu_vectorized_slices():
         torch.testing.assert_close(got.cpu(), want)
 
 
+
+def test_cpu_only_lowerings_taken_on_neuron():
+    # Inductor heuristics that test device.type == "cpu" where they mean "C++ kernels" (_inductor.py:
+    # _reductions_like_cpu, _divide_like_cpu, _small_products_like_cpu): neuron takes the CPU branch.
+    from torch._inductor.utils import run_and_get_code
+
+    def compiled(f, *args):
+        torch._dynamo.reset()
+        out, code = run_and_get_code(torch.compile(f, backend="neuron", dynamic=False), *[a.to("neuron") for a in args])
+        return out.cpu() if isinstance(out, torch.Tensor) else [o.cpu() for o in out], "\n".join(code)
+
+    # var_mean over <= 1024 elements in two passes, as CPU: Welford lost 3.7e-4 of a unit variance at mean 1e4.
+    x = 1e4 + torch.randn(16, 1024, dtype=torch.float32)
+    (var, mean), code = compiled(lambda t: torch.var_mean(t, -1), x)
+    assert "welford" not in code
+    ref_var, ref_mean = torch.var_mean(x.double(), -1)
+    torch.testing.assert_close(var, ref_var.float(), rtol=0, atol=2e-5)
+    torch.testing.assert_close(mean, ref_mean.float())
+    ln, code = compiled(lambda t: torch.nn.functional.layer_norm(t, (768,)), torch.randn(8, 768))
+    assert "welford" not in code
+
+    # argmax/argmin over a permuted or transposed input: the logical index, not the memory order's.
+    p = torch.randn(6, 8, 5)
+    for f in (lambda t: torch.argmax(t.permute(2, 0, 1)), lambda t: torch.argmin(t.transpose(0, 2))):
+        got, _ = compiled(f, p)
+        assert got.item() == f(p).item()
+
+    # x / constant stays a division (eager's bits), not x * (1/c)
+    v = torch.randn(4099)
+    got, code = compiled(lambda t: t / 3.0 + 1, v)
+    assert torch.equal(got, v / 3.0 + 1) and "0.3333" not in code
+
+    # a row times a column, a one-row 16x16 linear and batched dots: fused loops, no extern product
+    for f, args in ((lambda a, b: (a @ b).relu(), (torch.randn(1, 64), torch.randn(64, 1))),
+                    (lambda a, w, b: torch.nn.functional.linear(a, w, b).tanh(),
+                     (torch.randn(1, 16), torch.randn(16, 16), torch.randn(16))),
+                    (lambda a, b: torch.bmm(a, b).sigmoid(), (torch.randn(4, 1, 32), torch.randn(4, 32, 1)))):
+        got, code = compiled(f, *args)
+        assert "extern_kernels." not in code
+        torch.testing.assert_close(got, f(*args), rtol=1e-5, atol=1e-5)
+
+
 def test_static_shapes_by_default_dynamic_on_request():
     def f(x):
         return torch.tanh(x) * x.shape[0]

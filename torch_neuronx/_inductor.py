@@ -225,6 +225,178 @@ def _concat_like_cpu() -> None:
     lowering._pad_as_cat = _pad_as_cat
 
 
+
+def _reductions_like_cpu() -> None:
+    """Two reduction lowerings choose by ``device.type == "cpu"`` between what the C++ code generator needs and
+    what Triton does; neuron's kernels are the C++ ones.
+
+    argmax/argmin over several dimensions of a permuted or strided input: the C++ and Triton kernels reduce in
+    the input's memory order, so CPU pairs each value with its logical (row-major) index. Without it neuron
+    returned the position in memory order: ``argmax(x.permute(2, 0, 1))`` of a 6x8x5 tensor gave 59 where
+    eager (and CPU Inductor) gives 203. The same index, computed here when the lowering did not.
+
+    var_mean / var / std: CPU computes a reduction of up to ``cpp.use_two_step_variance_threshold`` (1024)
+    elements in two passes (the mean, then the sum of squared deviations) and Welford only above it; other
+    devices take Welford from ``unroll_reductions_threshold`` (8) up. Welford's fp32 update lost accuracy on
+    data with a large mean (1e4 + randn over 1024: variance off by 3.7e-4 against 1.7e-6 for two passes) and
+    does more work per element, so LayerNorm(768/1024) and small GroupNorm groups paid for both."""
+    import sympy
+
+    from torch._inductor import config, ir, lowering
+
+    make_inner = lowering._make_reduction_inner
+    if getattr(make_inner, "_neuron", False):
+        return
+    argreductions = ("argmax", "argmin", "argmax_value", "argmin_value", "argmax_with_value",
+                     "argmin_with_value")
+
+    def _make_reduction_inner(x, *, axis, keepdims, dtype, override_return_dtype, reduction_type=None):
+        kwargs = make_inner(x, axis=axis, keepdims=keepdims, dtype=dtype,
+                            override_return_dtype=override_return_dtype, reduction_type=reduction_type)
+        if reduction_type not in argreductions or ir.get_device_type(x) != "neuron":
+            return kwargs
+        # CPU's test of the input (lowering._make_reduction_inner): a permute, or a buffer or view that is
+        # transposed or not contiguous, reduced over more than one dimension.
+        if dtype is not None:
+            x = lowering.to_dtype(x, dtype)
+        reduced_sizes = kwargs["reduction_ranges"]
+        if len(reduced_sizes) < 2:
+            return kwargs
+        if isinstance(x.data, lowering.PermuteView):
+            logical = True
+        elif isinstance(x.data, ir.ReinterpretView) or (
+                isinstance(x.data, ir.StorageBox) and isinstance(x.data.data, ir.Buffer)):
+            layout = x.get_layout()
+            logical = layout.is_transposed() or not layout.is_contiguous()
+        else:
+            logical = False
+        if not logical:
+            return kwargs
+        load = kwargs["inner_fn"]
+
+        def inner_fn(index, reduction_index):
+            linear = sympy.expand(reduction_index[0])
+            for r, n in zip(reduction_index[1:], reduced_sizes[1:]):
+                linear = linear * n + sympy.expand(r)
+            return load(index, reduction_index), lowering.ops.index_expr(linear, torch.int64)
+
+        kwargs["inner_fn"] = inner_fn
+        return kwargs
+
+    _make_reduction_inner._neuron = True
+    _make_reduction_inner._neuron_base = make_inner
+    lowering._make_reduction_inner = _make_reduction_inner
+
+    two_step = lowering.use_two_step_variance
+
+    def use_two_step_variance(x, axis, keepdim, input_dtype):
+        # For a device other than CPU and CUDA the base takes unroll_reductions_threshold as its threshold
+        # and nothing else: with CPU's threshold in its place it decides exactly as for CPU.
+        if ir.get_device_type(x) == "neuron":
+            with config.patch(unroll_reductions_threshold=config.cpp.use_two_step_variance_threshold):
+                return two_step(x, axis, keepdim, input_dtype)
+        return two_step(x, axis, keepdim, input_dtype)
+
+    use_two_step_variance._neuron_base = two_step
+    lowering.use_two_step_variance = use_two_step_variance
+
+
+def _divide_like_cpu() -> None:
+    """Inductor turns ``x / c`` for a constant c into ``x * (1/c)`` except on CPU, which keeps the division
+    (pytorch#157959: the product is off by an ulp from eager's quotient for most c). Neuron's eager division
+    is a true division too, so a compiled ``x / 3.0`` differed from eager in the last bit; neuron keeps it."""
+    from torch._inductor import lowering
+
+    base = lowering.div_prim  # the registered lowering (broadcast and type promotion around the function)
+    if getattr(base, "_neuron", False):
+        return
+    fn = base.__wrapped__
+    ops = lowering.ops
+
+    def div_prim(a, b):
+        device = a.get_device() if isinstance(a, ir_node) else None
+        if (device is not None and device.type == "neuron"
+                and not all(lowering.is_boolean_type(v) or lowering.is_integer_type(v) for v in (a, b))
+                and lowering.get_constant_value(b) is not None):
+            return lowering.make_pointwise(lambda x, y: ops.truediv(x, y))(a, b)
+        return fn(a, b)
+
+    from torch._inductor.ir import IRNode as ir_node
+
+    prims = torch.ops.prims
+    wrapped = lowering.register_lowering([prims.div], broadcast=True)(div_prim)
+    wrapped._neuron = True
+    wrapped._neuron_base = base
+    for key, value in list(lowering.lowerings.items()):
+        if value is base:
+            lowering.lowerings[key] = wrapped
+    lowering.div_prim = wrapped
+
+
+
+def _small_products_like_cpu() -> None:
+    """Inductor's decompositions of aten.mm/addmm/bmm turn some tiny products into fused loops on CPU only
+    (``self.device.type == "cpu"`` in decomposition.py): a row times a column (1xK @ Kx1, and the batched
+    Bx1xK @ BxKx1) becomes a multiply-and-sum, and a one-row linear layer on a weight of at most 16x16 a
+    multiply-and-sum over the weight. Elsewhere they stay extern kernels, for neuron a dispatcher call each
+    that the C++ kernel around them cannot fuse: 1x256 @ 256x1 (+relu) ran 1.9x, a 16x16 one-row linear
+    (+tanh) 1.3x, 64 batched 128-dots 1.4x slower than as the fused loop. Neuron decomposes them as CPU does
+    (before the rest of each decomposition, whose GPU branches - outer products as a broadcast multiply -
+    neuron keeps: no measurable difference against the extern kernel)."""
+    from torch._inductor import decomposition as decomp
+    from torch.fx.experimental.symbolic_shapes import guard_or_false, statically_known_true
+
+    aten = torch.ops.aten
+    table = decomp.decompositions
+
+    @decomp.pw_cast_for_opmath
+    def mm(self, input2, out_dtype=None):
+        if statically_known_true(self.size(0) == 1) and statically_known_true(input2.size(-1) == 1):
+            return torch.sum(self.squeeze(0) * input2.squeeze(-1), dim=0, keepdim=True).unsqueeze(0)
+        return NotImplemented
+
+    @decomp.pw_cast_for_opmath
+    def addmm(self, mat1, mat2, out_dtype=None, beta=1, alpha=1):
+        if statically_known_true(mat1.size(0) == 1) and statically_known_true(mat2.size(-1) == 1):
+            out = torch.sum(mat1.squeeze(0) * mat2.squeeze(-1), dim=0, keepdim=True).unsqueeze(0)
+            return alpha * out + beta * self
+        if (statically_known_true(mat1.size(0) == 1) and guard_or_false(mat2.size(0) <= 16)
+                and guard_or_false(mat2.size(1) <= 16)):
+            return alpha * (mat1.T * mat2).sum(dim=0, keepdim=True) + beta * self
+        return NotImplemented
+
+    @decomp.pw_cast_for_opmath
+    def bmm(self, batch2, out_dtype=None):
+        if statically_known_true(self.size(1) == 1) and statically_known_true(batch2.size(-1) == 1):
+            return torch.sum(self.squeeze(1) * batch2.squeeze(-1), dim=1, keepdim=True).unsqueeze(1)
+        return NotImplemented
+
+    changed = False
+    for op, cpu_rule, on in ((aten.mm, mm, 0), (aten.addmm, addmm, 1), (aten.bmm, bmm, 0)):
+        base = table.get(op.default)
+        if base is None or getattr(base, "_neuron", False):
+            continue
+
+        def decomposition(*args, _base=base, _cpu_rule=cpu_rule, _on=on, _name=op.__name__.split(".")[-1], **kwargs):
+            # on: the operand whose device the CPU rule's own test looks at (addmm's mat1 for the rule on
+            # mat1's shape; the bias may be a broadcast scalar tensor).
+            if args[_on].device.type == "neuron" and kwargs.get("out_dtype") is None:
+                out = _cpu_rule(*args, **kwargs)
+                if out is not NotImplemented:
+                    decomp.counters["inductor"][f"decompose_{_name}"] += 1
+                    return out
+            return _base(*args, **kwargs)
+
+        decomposition._neuron = True
+        decomposition._neuron_base = base
+        for key, value in list(table.items()):
+            if value is base:
+                table[key] = decomposition
+                changed = True
+    if changed:
+        decomp.fast_random_decomps.cache_clear()  # a memoized copy of the table
+
+
 def register() -> None:
     """Registers the neuron codegen with Inductor and the device interface with Dynamo (idempotent)."""
     global _registered
@@ -235,6 +407,9 @@ def register() -> None:
         _treat_neuron_as_cpp_device()
         _guard_neuron_device()
         _concat_like_cpu()
+        _reductions_like_cpu()
+        _divide_like_cpu()
+        _small_products_like_cpu()
         register_device_op_overrides("neuron", NeuronDeviceOpOverrides())
         if get_scheduling_for_device("neuron") is None:
             register_backend_for_device("neuron", CppScheduling, NeuronWrapperCodegen,
