@@ -358,6 +358,22 @@ def test_second_process_hits_cache_and_damaged_cache_is_recompiled(tmp_path):
     assert "GRAPHS ['hit']" not in third.stdout
 
 
+def test_cache_keyed_on_the_lowering_source(tmp_path):
+    # A graph cached by other lowering code (torch_neuronx/_inductor.py) must not be served: the cache key
+    # holds a digest of that source, so an upgrade of the package recompiles instead of reusing old kernels.
+    env = {"TORCH_NEURONX_CACHE_DIR": str(tmp_path)}
+    first = run_python(_CACHE_SCRIPT, env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "GRAPHS ['miss']" in first.stdout, first.stdout
+    other = "import torch_neuronx._inductor_config as cfg\ncfg.lowering_digest = 'other lowering code'\n"
+    changed = run_python(other + _CACHE_SCRIPT, env)
+    assert changed.returncode == 0, changed.stderr[-3000:]
+    assert "GRAPHS ['miss']" in changed.stdout, changed.stdout
+    same = run_python(_CACHE_SCRIPT, env)
+    assert same.returncode == 0, same.stderr[-3000:]
+    assert "GRAPHS ['hit']" in same.stdout, same.stdout
+
+
 def test_backend_registered_entry_point_cheap_import_and_report_at_exit(tmp_path):
     assert "neuron" in torch._dynamo.list_backends()
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as fh:
