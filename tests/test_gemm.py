@@ -306,6 +306,22 @@ def test_out_resize_and_noncontiguous_out():
     torch.testing.assert_close(nx.cpu(), want)
 
 
+# A linear layer's backward products past the blocking (144 rows, 512 columns, 256 deep, with edges): dX = dY @ W
+# reads W n-contiguous, dW = dY^T @ X reads dY^T i-contiguous and X n-contiguous, both packed a block at a time.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_linear_backward_products_past_the_blocking(dtype):
+    x, w, dy = rand(157, 270, dtype=dtype), rand(531, 270, dtype=dtype, seed=1), rand(157, 531, dtype=dtype, seed=2)
+    xn, wn, dyn = n(x), n(w), n(dy)
+    check(dyn @ wn, dy @ w, mag_mm(dy, w), dtype)
+    check(dyn.t() @ xn, dy.t() @ x, mag_mm(dy.t(), x), dtype)
+    # the same through autograd
+    xs = xn.clone().requires_grad_()
+    ws = wn.clone().requires_grad_()
+    F.linear(xs, ws).backward(dyn)
+    check(xs.grad, dy @ w, mag_mm(dy, w), dtype)
+    check(ws.grad, dy.t() @ x, mag_mm(dy.t(), x), dtype)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_autograd_linear_matmul(dtype):
     x, w, b = rand(3, 5, 24, dtype=dtype), rand(16, 24, dtype=dtype, seed=1), rand(16, dtype=dtype, seed=2)
