@@ -59,7 +59,12 @@ NOISE = ("Noise: on 2 cores, any other busy process takes one of the two threads
          "Figures taken while anything else ran are not comparable; the spreads show each run's rounds."
          " On a cloud VM the machine itself also varies with nothing else running in it: on the 2-core EPYC VM "
          "(2026-12-07) the read probe gave 23-30 GB/s within one minute and the FMA probe 93-178 GFLOP/s within "
-         "an hour, the neighbours on the physical host taking memory bandwidth and core time. Bounds and peaks are "
+         "an hour, the neighbours on the physical host taking memory bandwidth and core time. On the 2-core Xeon VM "
+         "(family 6 model 207, 2026-12-08) the slow phases were on the cache side: with nothing running in the VM "
+         "and no steal time reported, one thread ran an fp32 GEMM 512x768x2048 at 75 GFLOP/s against 131-135 an "
+         "hour before, while a GEMM whose blocks all stay in L2 lost 11%, the register-only FMA probe 8% and the "
+         "read probe gave 16 GB/s: the host's other guests share the cores' caches (hyperthread siblings) and the "
+         "L3, which no peak probe sees, so a phase can halve a GEMM figure. Bounds and peaks are "
          "measured once per benchmark, so a share of a bound carries that spread: repeat a run before reading a "
          "change of 10-20% into it.")
 
