@@ -63,7 +63,7 @@ NOISE = ("Noise: on 2 cores, any other busy process takes one of the two threads
          "(family 6 model 207, 2026-12-08) the slow phases were on the cache side: with nothing running in the VM "
          "and no steal time reported, one thread ran an fp32 GEMM 512x768x2048 at 75 GFLOP/s against 131-135 an "
          "hour before, while a GEMM whose blocks all stay in L2 lost 11%, the register-only FMA probe 8% and the "
-         "read probe gave 16 GB/s: the host's other guests share the cores' caches (hyperthread siblings) and the "
+         "read probe gave 16 GB/s: consistent with the host's other guests sharing the cores' caches (hyperthread siblings) and the "
          "L3, which no peak probe sees, so a phase can halve a GEMM figure. Bounds and peaks are "
          "measured once per benchmark, so a share of a bound carries that spread: repeat a run before reading a "
          "change of 10-20% into it.")
