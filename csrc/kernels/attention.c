@@ -40,6 +40,8 @@ typedef struct nk_attn_simd {
      * [k * w + jj]. N a multiple of 8; init: C = A @ B (C is not read), else C += A @ B. */
     void (*gemm_pk)(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bpk, int64_t ldk,
                     float *C, int64_t ldc, bool init);
+    /* dst[i * ldd + j] = src[j * lds + i], j < 16, i < n <= 16 (NULL: a scalar loop); packs K^T's strips. */
+    void (*transpose16)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n);
 } nk_attn_simd;
 
 /* fp-contract=fast: ISO C mode turns off a*b+c -> fma contraction, which halves GEMM throughput. */
@@ -152,6 +154,7 @@ NK_AVX512 static void nk_gemm_pk_avx512(int64_t M, int64_t N, int64_t K, const f
     }
 }
 #define NK_ATTN_GEMM_PK nk_gemm_pk_avx512
+#define NK_ATTN_TRANSPOSE16 nk_transpose16_f32_avx512
 
 #define NK_ATTN_AVX512_EXP
 #endif
@@ -161,6 +164,7 @@ NK_AVX512 static void nk_gemm_pk_avx512(int64_t M, int64_t N, int64_t K, const f
 #include "attention_simd.h"
 #undef NK_ATTN_AVX512_EXP
 #undef NK_ATTN_GEMM_PK
+#undef NK_ATTN_TRANSPOSE16
 #undef NK_SFX
 #undef NK_TGT
 #undef NK_GEMM_ROWS
@@ -737,6 +741,8 @@ static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
     nk_sdpa_ctx *c = (nk_sdpa_ctx *)ctx;
     const nk_tensor *k = c->a->k;
     const int64_t D = c->D, Dp = c->Dp;
+    const bool direct = c->simd->gemm_pk != NULL && c->simd->transpose16 != NULL && k->dtype == NK_F32 &&
+                        k->strides[3] == 1 && D == Dp;
     float *rows;
     float **const bufs[] = {&rows};
     const size_t sizes[] = {(size_t)(16 * Dp)};
@@ -751,11 +757,22 @@ static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
         float *dst = nk_sdpa_kt_block(c, b, hk, kb);
         for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
             const int64_t nj = nk - j0 < 16 ? (nk - j0 > 0 ? nk - j0 : 0) : 16;
+            if (direct && nj == 16) { /* 16 whole fp32 rows of whole vectors: transposed from K in place */
+                const float *kr = (const float *)nk_at(k, c->es, b, hk, k0 + j0);
+                for (int64_t d0 = 0; d0 < D; d0 += 16)
+                    c->simd->transpose16(dst + j0 * D + d0 * 16, 16, kr + d0, k->strides[2], 16);
+                continue;
+            }
             for (int64_t j = 0; j < 16; j++) {
                 if (j < nj) nk_load_row(c, rows + j * Dp, nk_at(k, c->es, b, hk, k0 + j0 + j), k->strides[3], D, Dp);
                 else memset(rows + j * Dp, 0, sizeof(float) * (size_t)Dp);
             }
             if (c->simd->gemm_pk != NULL) { /* the strip of these 16 keys: [D][16] */
+                if (c->simd->transpose16 != NULL) { /* rows are Dp (a multiple of 16) long */
+                    for (int64_t d0 = 0; d0 < D; d0 += 16)
+                        c->simd->transpose16(dst + j0 * D + d0 * 16, 16, rows + d0, Dp, D - d0 < 16 ? D - d0 : 16);
+                    continue;
+                }
                 for (int64_t d = 0; d < D; d++) {
                     float *o = dst + j0 * D + d * 16;
                     for (int64_t j = 0; j < 16; j++) o[j] = rows[j * Dp + d];

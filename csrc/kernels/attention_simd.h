@@ -413,6 +413,9 @@ static const nk_attn_simd NK_SFX(nk_attn_simd_table) = {
 #ifdef NK_ATTN_GEMM_PK
     .gemm_pk = NK_ATTN_GEMM_PK,
 #endif
+#ifdef NK_ATTN_TRANSPOSE16
+    .transpose16 = NK_ATTN_TRANSPOSE16,
+#endif
 };
 #undef NK_GEMM_TILE
 #undef NK_GEMM_TILE_B

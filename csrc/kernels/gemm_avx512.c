@@ -88,6 +88,15 @@ AVX512_INLINE void transpose16(__m512 r[16]) {
     }
 }
 
+/* dst[i * ldd + j] = src[j * lds + i] for j < 16, i < n (n <= 16): a 16 x 16 block transposed, its first n
+ * rows stored (16 floats of each source row are read). */
+AVX512_TARGET void nk_transpose16_f32_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n) {
+    __m512 r[16];
+    for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps(src + j * lds);
+    transpose16(r);
+    for (int64_t i = 0; i < n; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
 AVX512_INLINE void pack_kcontig_dt(float *dst, const char *src, nk_dtype dt, size_t es, int64_t ldj, int64_t kc) {
     for (int64_t k0 = 0; k0 < kc; k0 += 16) {
         const int64_t kn = kc - k0 < 16 ? kc - k0 : 16;
@@ -423,6 +432,11 @@ const nk_gemm_isa nk_gemm_isa_avx512 = {
 };
 
 #else /* not x86-64: never selected (gemm.c checks the CPU first) */
+
+void nk_transpose16_f32_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        for (int j = 0; j < 16; j++) dst[i * ldd + j] = src[j * lds + i];
+}
 
 void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
                               float alpha, float beta) {

@@ -226,6 +226,10 @@ double nk_gemm_dp_fma_ratio(void);
 void nk_gemm_store_row_avx512(void *out, nk_dtype dt, const float *acc, const void *self, int64_t ss, int64_t n,
                               float alpha, float beta);
 
+/* dst[i * ldd + j] = src[j * lds + i] for j < 16, i < n <= 16, on AVX-512 (16 floats of each of the 16 source
+ * rows are read): the attention's key strips use it too. */
+void nk_transpose16_f32_avx512(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t n);
+
 /* Test hook: use the named micro-kernel family; false if the CPU lacks it. "avx512" runs bf16 through its
  * fp32 kernels, "avx512bf16" on the dot instructions, "amx" on AMX tiles; "avx2", "generic". */
 bool nk_gemm_isa_force(const char *name);
