@@ -175,6 +175,15 @@ def _guard_neuron_device() -> None:
     scheduler.device_need_guard = device_need_guard
 
 
+def _replace_entries(table: dict, base, new) -> bool:
+    """Puts ``new`` wherever ``table`` (Inductor's lowerings or decompositions) holds ``base``: one function is
+    registered under several overloads (default, out, ...). True if any entry changed."""
+    keys = [key for key, value in table.items() if value is base]
+    for key in keys:
+        table[key] = new
+    return bool(keys)
+
+
 def _concat_like_cpu() -> None:
     """Inductor lowers ``cat`` on CPU to a ConcatKernel (each input written into its slice of the output, by
     its own vectorized kernel or fused into its producer) and elsewhere, for GPUs, to a pointwise cat: one
@@ -208,9 +217,7 @@ def _concat_like_cpu() -> None:
 
     cat._neuron = True
     lowering.lowerings[aten.cat] = cat
-    for key, fn in list(lowering.lowerings.items()):
-        if fn is base:  # aten.cat, its default and out overloads
-            lowering.lowerings[key] = cat
+    _replace_entries(lowering.lowerings, base, cat)  # aten.cat, its default and out overloads
 
     # A right pad is lowered as cat([x, fill]) unless the device is CPU, whose ConcatKernel would spend a fill
     # kernel and a copy on what one pointwise pad loop does: the same holds now for neuron.
@@ -223,7 +230,6 @@ def _concat_like_cpu() -> None:
         return pad_as_cat(x, padding, fill_value)
 
     lowering._pad_as_cat = _pad_as_cat
-
 
 
 def _reductions_like_cpu() -> None:
@@ -306,6 +312,7 @@ def _divide_like_cpu() -> None:
     (pytorch#157959: the product is off by an ulp from eager's quotient for most c). Neuron's eager division
     is a true division too, so a compiled ``x / 3.0`` differed from eager in the last bit; neuron keeps it."""
     from torch._inductor import lowering
+    from torch._inductor.ir import IRNode
 
     base = lowering.div_prim  # the registered lowering (broadcast and type promotion around the function)
     if getattr(base, "_neuron", False):
@@ -314,24 +321,19 @@ def _divide_like_cpu() -> None:
     ops = lowering.ops
 
     def div_prim(a, b):
-        device = a.get_device() if isinstance(a, ir_node) else None
+        device = a.get_device() if isinstance(a, IRNode) else None
         if (device is not None and device.type == "neuron"
                 and not all(lowering.is_boolean_type(v) or lowering.is_integer_type(v) for v in (a, b))
                 and lowering.get_constant_value(b) is not None):
             return lowering.make_pointwise(lambda x, y: ops.truediv(x, y))(a, b)
         return fn(a, b)
 
-    from torch._inductor.ir import IRNode as ir_node
-
     prims = torch.ops.prims
     wrapped = lowering.register_lowering([prims.div], broadcast=True)(div_prim)
     wrapped._neuron = True
     wrapped._neuron_base = base
-    for key, value in list(lowering.lowerings.items()):
-        if value is base:
-            lowering.lowerings[key] = wrapped
+    _replace_entries(lowering.lowerings, base, wrapped)
     lowering.div_prim = wrapped
-
 
 
 def _small_products_like_cpu() -> None:
@@ -389,10 +391,7 @@ def _small_products_like_cpu() -> None:
 
         decomposition._neuron = True
         decomposition._neuron_base = base
-        for key, value in list(table.items()):
-            if value is base:
-                table[key] = decomposition
-                changed = True
+        changed |= _replace_entries(table, base, decomposition)
     if changed:
         decomp.fast_random_decomps.cache_clear()  # a memoized copy of the table
 

@@ -757,20 +757,23 @@ static void nk_sdpa_kt_range(void *ctx, int64_t begin, int64_t end) {
         float *dst = nk_sdpa_kt_block(c, b, hk, kb);
         for (int64_t j0 = 0; j0 < nkp; j0 += 16) {
             const int64_t nj = nk - j0 < 16 ? (nk - j0 > 0 ? nk - j0 : 0) : 16;
-            if (direct && nj == 16) { /* 16 whole fp32 rows of whole vectors: transposed from K in place */
-                const float *kr = (const float *)nk_at(k, c->es, b, hk, k0 + j0);
-                for (int64_t d0 = 0; d0 < D; d0 += 16)
-                    c->simd->transpose16(dst + j0 * D + d0 * 16, 16, kr + d0, k->strides[2], 16);
-                continue;
-            }
-            for (int64_t j = 0; j < 16; j++) {
-                if (j < nj) nk_load_row(c, rows + j * Dp, nk_at(k, c->es, b, hk, k0 + j0 + j), k->strides[3], D, Dp);
-                else memset(rows + j * Dp, 0, sizeof(float) * (size_t)Dp);
+            /* The 16 rows: K's own when they are whole fp32 rows of whole vectors, else widened and padded
+             * into rows (Dp long, a multiple of 16). */
+            const float *src = rows;
+            int64_t lds = Dp;
+            if (direct && nj == 16) {
+                src = (const float *)nk_at(k, c->es, b, hk, k0 + j0);
+                lds = k->strides[2];
+            } else {
+                for (int64_t j = 0; j < 16; j++) {
+                    if (j < nj) nk_load_row(c, rows + j * Dp, nk_at(k, c->es, b, hk, k0 + j0 + j), k->strides[3], D, Dp);
+                    else memset(rows + j * Dp, 0, sizeof(float) * (size_t)Dp);
+                }
             }
             if (c->simd->gemm_pk != NULL) { /* the strip of these 16 keys: [D][16] */
-                if (c->simd->transpose16 != NULL) { /* rows are Dp (a multiple of 16) long */
+                if (c->simd->transpose16 != NULL) {
                     for (int64_t d0 = 0; d0 < D; d0 += 16)
-                        c->simd->transpose16(dst + j0 * D + d0 * 16, 16, rows + d0, Dp, D - d0 < 16 ? D - d0 : 16);
+                        c->simd->transpose16(dst + j0 * D + d0 * 16, 16, src + d0, lds, D - d0 < 16 ? D - d0 : 16);
                     continue;
                 }
                 for (int64_t d = 0; d < D; d++) {

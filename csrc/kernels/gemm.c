@@ -355,7 +355,8 @@ static void gemm_packed_rows(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
     const int64_t kc = p->blk.kc, mc = p->blk.mc;
     const int64_t mt = m1 - m0;
     const bool direct = p->dt == NK_F32 && p->c_sn == 1 && p->s == NULL;
-    const bool b_rows = p->b_sn == 1 && p->b_sk != 1;
+    /* Operands whose k is the strided direction are packed a block at a time (pack_rows). */
+    const bool a_rows = p->a_sm == 1 && p->a_sk != 1, b_rows = p->b_sn == 1 && p->b_sk != 1;
     /* Bound the accumulator buffer (mt x nc floats) to 1M floats by narrowing nc. */
     int64_t nc = p->blk.nc;
     if (!direct && mt * nc > (1 << 20)) {
@@ -397,7 +398,7 @@ static void gemm_packed_rows(gemm_problem *p, int64_t bi, int64_t m0, int64_t m1
                 const int64_t mcur = m1 - ic < mc ? m1 - ic : mc;
                 const int64_t parts = (mcur + mr - 1) / mr;
                 const char *asrc = abase + (ic * p->a_sm + pc * p->a_sk) * es;
-                if (p->a_sm == 1 && p->a_sk != 1) pack_rows(isa, ap, asrc, p->dt, p->a_sk, mcur, kcur, mr);
+                if (a_rows) pack_rows(isa, ap, asrc, p->dt, p->a_sk, mcur, kcur, mr);
                 else pack_a(ap, asrc, p->dt, es, p->a_sm, p->a_sk, mcur, kcur, mr, isa->pack_a_kcontig);
                 for (int64_t jr = 0; jr < ncur; jr += nr) {
                     const int64_t cols = ncur - jr < nr ? ncur - jr : nr;

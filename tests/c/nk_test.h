@@ -38,7 +38,7 @@ static inline nk_tensor mk(void *data, nk_dtype dt, int32_t nd, const int64_t *s
     for (int32_t d = nd - 1; d >= 0; d--) {
         t.sizes[d] = sizes[d];
         t.strides[d] = strides ? strides[d] : st;
-        st *= sizes[d];
+        if (!strides) st *= sizes[d]; /* given strides may describe sizes whose product overflows */
     }
     return t;
 }

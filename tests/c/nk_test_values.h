@@ -1,6 +1,6 @@
 /*
- * nk_test_values.h - helpers shared by the C tests of the convolution kernels: a tensor descriptor from
- * sizes and strides, and values that are exact in fp32, bf16 and fp16 (small integers / 4), written and
+ * nk_test_values.h - helpers shared by the C tests of the convolution kernels (their descriptors come
+ * from nk_test.h's mk): values that are exact in fp32, bf16 and fp16 (small integers / 4), written and
  * read in each dtype, so the dtypes compare exactly.
  */
 #ifndef NK_TEST_VALUES_H
@@ -10,16 +10,6 @@
 
 #include <stdint.h>
 #include <string.h>
-
-static nk_tensor desc(void *data, nk_dtype dt, int ndim, const int64_t *sizes, const int64_t *strides) {
-    nk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = ndim;
-    for (int d = 0; d < ndim; d++) t.sizes[d] = sizes[d], t.strides[d] = strides[d];
-    return t;
-}
 
 static float val(int64_t i) {
     return (float)((i * 37) % 11 - 5) * 0.25f;

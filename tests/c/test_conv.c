@@ -27,8 +27,8 @@ static void run(nk_dtype dt, int64_t C, int64_t H, int64_t W, const int64_t k[2]
             for (int64_t w = 0; w < W; w++) put(img, dt, (c * H + h) * ld + w, val(c * 1000 + h * 31 + w));
     for (int64_t i = 0; i < rows * cols; i++) put(y, dt, i, val(i * 3 + 1));
     const int64_t isz[3] = {C, H, W}, ist[3] = {H * ld, ld, 1}, csz[2] = {rows, cols}, cst[2] = {cols, 1};
-    nk_tensor ti = desc(img, dt, 3, isz, ist), tc = desc(col, dt, 2, csz, cst);
-    nk_tensor ti2 = desc(img2, dt, 3, isz, ist), ty = desc(y, dt, 2, csz, cst);
+    nk_tensor ti = mk(img, dt, 3, isz, ist), tc = mk(col, dt, 2, csz, cst);
+    nk_tensor ti2 = mk(img2, dt, 3, isz, ist), ty = mk(y, dt, 2, csz, cst);
     CHECK(nk_im2col(&tc, &ti, k, s, p, d) == NK_SUCCESS);
     int bad = 0;
     for (int64_t c = 0; c < C; c++)
@@ -77,12 +77,12 @@ int main(void) {
     float a[8], b[8];
     const int64_t isz[3] = {1, 2, 2}, ist[3] = {4, 2, 1}, csz[2] = {4, 1}, cst[2] = {1, 1}, bad[2] = {3, 1};
     const int64_t k2[2] = {2, 2}, one[2] = {1, 1}, zero[2] = {0, 0}, neg[2] = {0, -1};
-    nk_tensor ti = desc(a, NK_F32, 3, isz, ist), tc = desc(b, NK_F32, 2, csz, cst), tb = desc(b, NK_F32, 2, bad, cst);
+    nk_tensor ti = mk(a, NK_F32, 3, isz, ist), tc = mk(b, NK_F32, 2, csz, cst), tb = mk(b, NK_F32, 2, bad, cst);
     CHECK(nk_im2col(&tc, &ti, k2, one, zero, one) == NK_SUCCESS);
     CHECK(nk_im2col(&tb, &ti, k2, one, zero, one) == NK_INVALID);
     CHECK(nk_im2col(&tc, &ti, k2, zero, zero, one) == NK_INVALID);
     CHECK(nk_col2im(&ti, &tc, k2, one, neg, one) == NK_INVALID);
-    nk_tensor ii = desc(a, NK_I32, 3, isz, ist), ci = desc(b, NK_I32, 2, csz, cst);
+    nk_tensor ii = mk(a, NK_I32, 3, isz, ist), ci = mk(b, NK_I32, 2, csz, cst);
     CHECK(nk_col2im(&ii, &ci, k2, one, zero, one) == NK_UNSUPPORTED);
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

@@ -30,8 +30,8 @@ static void run(nk_dtype dt, int64_t N, int64_t C, int64_t OC, int64_t H, int64_
     int64_t ost[4] = {OC * OH * OW, OH * OW, OW, 1};
     if (cl_out) ost[0] = OH * OW * OC, ost[1] = 1, ost[2] = OW * OC, ost[3] = OC;
     const int64_t bsz[1] = {OC}, bst[1] = {1};
-    nk_tensor ti = desc(in, dt, 4, isz, ist), tw = desc(wt, dt, 4, wsz, wst), to = desc(out, dt, 4, osz, ost);
-    nk_tensor tb = desc(b, dt, 1, bsz, bst);
+    nk_tensor ti = mk(in, dt, 4, isz, ist), tw = mk(wt, dt, 4, wsz, wst), to = mk(out, dt, 4, osz, ost);
+    nk_tensor tb = mk(b, dt, 1, bsz, bst);
     CHECK(nk_conv2d_few_out(&to, &ti, &tw, with_bias ? &tb : NULL, p, d) == NK_SUCCESS);
     const double tol = dt == NK_F32 ? 0.0 : (dt == NK_BF16 ? 1.0 / 256 : 1.0 / 1024);
     int bad = 0;
@@ -78,13 +78,13 @@ int main(void) {
     /* shape mismatch, bad dtype */
     float a[64] = {0}, o[64];
     const int64_t sz[4] = {1, 1, 3, 3}, st[4] = {9, 9, 3, 1}, wsz[4] = {1, 1, 3, 3}, osz[4] = {1, 1, 2, 2}, ost[4] = {4, 4, 2, 1};
-    nk_tensor ti = desc(a, NK_F32, 4, sz, st), tw = desc(a, NK_F32, 4, wsz, st), to = desc(o, NK_F32, 4, osz, ost);
+    nk_tensor ti = mk(a, NK_F32, 4, sz, st), tw = mk(a, NK_F32, 4, wsz, st), to = mk(o, NK_F32, 4, osz, ost);
     CHECK(nk_conv2d_few_out(&to, &ti, &tw, NULL, p11, d11) == NK_INVALID);
     CHECK(nk_conv2d_few_out(&to, &ti, &tw, NULL, p00, d11) == NK_INVALID); /* 1x1 out, not 2x2 */
     const int64_t one[4] = {1, 1, 1, 1};
-    nk_tensor t1 = desc(o, NK_F32, 4, one, ost);
+    nk_tensor t1 = mk(o, NK_F32, 4, one, ost);
     CHECK(nk_conv2d_few_out(&t1, &ti, &tw, NULL, p00, d11) == NK_SUCCESS && o[0] == 0.f);
-    nk_tensor ii = desc(a, NK_I32, 4, sz, st), wi = desc(a, NK_I32, 4, wsz, st), oi = desc(o, NK_I32, 4, one, ost);
+    nk_tensor ii = mk(a, NK_I32, 4, sz, st), wi = mk(a, NK_I32, 4, wsz, st), oi = mk(o, NK_I32, 4, one, ost);
     CHECK(nk_conv2d_few_out(&oi, &ii, &wi, NULL, p00, d11) == NK_UNSUPPORTED);
     printf("%d checks, %d failures\n", g_checks, g_failures);
     return g_failures ? 1 : 0;

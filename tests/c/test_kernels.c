@@ -19,21 +19,8 @@ static bool is_float_dtype(nk_dtype t) {
     return t == NK_F16 || t == NK_BF16 || t == NK_F32 || t == NK_F64;
 }
 
-static nk_tensor make_tensor(void *data, nk_dtype dt, int32_t ndim, const int64_t *sizes, const int64_t *strides) {
-    nk_tensor t;
-    memset(&t, 0, sizeof t);
-    t.data = data;
-    t.dtype = dt;
-    t.ndim = ndim;
-    for (int32_t d = 0; d < ndim; d++) {
-        t.sizes[d] = sizes[d];
-        t.strides[d] = strides[d];
-    }
-    return t;
-}
-
 static nk_tensor make_1d(void *data, nk_dtype dt, int64_t n, int64_t stride) {
-    return make_tensor(data, dt, 1, &n, &stride);
+    return mk(data, dt, 1, &n, &stride);
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -479,8 +466,8 @@ static void check_copy_layout(nk_dtype dt, nk_dtype st, int32_t ndim, const int6
     uint8_t *mark = calloc((size_t)dlen, 1);
     fill_source_values(st, sbuf, slen, 3);
     memset(dbuf, 0xCD, (size_t)(dlen * dsz));
-    nk_tensor s = make_tensor(sbuf + (-smin) * ssz, st, ndim, sizes, sstr);
-    nk_tensor d = make_tensor(dbuf + (-dmin) * dsz, dt, ndim, sizes, dstr);
+    nk_tensor s = mk(sbuf + (-smin) * ssz, st, ndim, sizes, sstr);
+    nk_tensor d = mk(dbuf + (-dmin) * dsz, dt, ndim, sizes, dstr);
     CHECK_MSG(nk_copy(&d, &s) == NK_SUCCESS, "%s", what);
     int64_t idx[NK_MAX_DIMS] = {0};
     int bad = 0;
@@ -553,11 +540,11 @@ static void test_copy_layouts(void) {
 static void test_copy_edge_cases(void) {
     float a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8] = {0};
     int64_t sz[NK_MAX_DIMS + 1] = {2, 4}, st[NK_MAX_DIMS + 1] = {4, 1};
-    nk_tensor d = make_tensor(b, NK_F32, 2, sz, st), s = make_tensor(a, NK_F32, 2, sz, st);
+    nk_tensor d = mk(b, NK_F32, 2, sz, st), s = mk(a, NK_F32, 2, sz, st);
 
     /* 0-size: no-op, NULL data allowed */
     int64_t zs[3] = {3, 0, 5}, zst[3] = {0, 5, 1};
-    nk_tensor z1 = make_tensor(NULL, NK_F32, 3, zs, zst), z2 = make_tensor(NULL, NK_BF16, 3, zs, zst);
+    nk_tensor z1 = mk(NULL, NK_F32, 3, zs, zst), z2 = mk(NULL, NK_BF16, 3, zs, zst);
     CHECK(nk_copy(&z1, &z2) == NK_SUCCESS);
     CHECK(nk_fill(&z1, (nk_scalar){.is_float = true, .f = 1.0}) == NK_SUCCESS);
     CHECK(nk_tensor_numel(&z1) == 0);
@@ -603,10 +590,10 @@ static void test_copy_edge_cases(void) {
 
     /* numel */
     int64_t big[2] = {INT64_MAX / 2, 3}, one[2] = {1, 1};
-    nk_tensor ov = make_tensor(a, NK_F32, 2, big, one);
+    nk_tensor ov = mk(a, NK_F32, 2, big, one);
     CHECK(nk_tensor_numel(&ov) == -1);
     CHECK(nk_copy(&ov, &ov) == NK_INVALID);
-    nk_tensor sc = make_tensor(a, NK_F32, 0, NULL, NULL);
+    nk_tensor sc = mk(a, NK_F32, 0, NULL, NULL);
     CHECK(nk_tensor_numel(&sc) == 1);
     CHECK(nk_tensor_numel(&d) == 8);
     CHECK(nk_tensor_numel(NULL) == -1);
@@ -667,7 +654,7 @@ static void test_fill(void) {
             /* 3x4 with a reversed outer dim and inner stride 2 in a 24-element region */
             memset(buf, 0xEE, sizeof buf);
             int64_t sizes[2] = {3, 4}, strides[2] = {-8, 2};
-            d = make_tensor(buf + 16 * sz, dt, 2, sizes, strides);
+            d = mk(buf + 16 * sz, dt, 2, sizes, strides);
             CHECK(nk_fill(&d, values[v]) == NK_SUCCESS);
             for (int64_t k = 0; k < 24; k++) {
                 const bool inside = k % 2 == 0;
@@ -678,7 +665,7 @@ static void test_fill(void) {
             }
             /* 0-dim */
             memset(buf, 0xEE, sizeof buf);
-            d = make_tensor(buf, dt, 0, NULL, NULL);
+            d = mk(buf, dt, 0, NULL, NULL);
             CHECK(nk_fill(&d, values[v]) == NK_SUCCESS);
             bad += !same_element(dt, buf, want);
             bad += buf[sz] != 0xEE;
@@ -774,7 +761,7 @@ static void test_rng_structure(void) {
         uint8_t full[N * 8], again[N * 8], other[N * 8], one[8], part[N * 8], strided[4 * N * 8];
         const uint64_t seed = 42 + (uint64_t)ci, o = 13; /* o not a multiple of 4: unaligned start */
         int64_t sizes[2] = {R, C}, cstr[2] = {C, 1};
-        nk_tensor t = make_tensor(full, c->dtype, 2, sizes, cstr);
+        nk_tensor t = mk(full, c->dtype, 2, sizes, cstr);
         uint64_t off = o;
         CHECK_MSG(draw(c, &t, seed, &off) == NK_SUCCESS, "%s", c->name);
         const uint64_t adv = ((uint64_t)N * (uint64_t)c->words + 3) / 4 * 4;
@@ -799,7 +786,7 @@ static void test_rng_structure(void) {
         /* slice property: element k of the full draw = a 1-element draw at offset o + k*w */
         int bad = 0;
         for (int64_t k = 0; k < N; k++) {
-            nk_tensor e = make_tensor(one, c->dtype, 0, NULL, NULL);
+            nk_tensor e = mk(one, c->dtype, 0, NULL, NULL);
             off = o + (uint64_t)k * (uint64_t)c->words;
             draw(c, &e, seed, &off);
             bad += memcmp(one, full + k * sz, (size_t)sz) != 0;
@@ -807,7 +794,7 @@ static void test_rng_structure(void) {
         CHECK_MSG(bad == 0, "%s: %d elements differ from single draws", c->name, bad);
         /* rows 3..9 drawn at o + 3*C*w equal rows 3..9 of the full draw */
         int64_t psz[2] = {R - 3, C};
-        nk_tensor pt = make_tensor(part, c->dtype, 2, psz, cstr);
+        nk_tensor pt = mk(part, c->dtype, 2, psz, cstr);
         off = o + 3 * C * (uint64_t)c->words;
         draw(c, &pt, seed, &off);
         CHECK_MSG(memcmp(part, full + 3 * C * sz, (size_t)((R - 3) * C * sz)) == 0, "%s row slice", c->name);
@@ -818,7 +805,7 @@ static void test_rng_structure(void) {
         for (int l = 0; l < 3; l++) {
             memset(strided, 0, sizeof strided);
             int64_t lst[2] = {layouts[l][0], layouts[l][1]};
-            nk_tensor st = make_tensor(strided + bases[l] * sz, c->dtype, 2, sizes, lst);
+            nk_tensor st = mk(strided + bases[l] * sz, c->dtype, 2, sizes, lst);
             off = o;
             draw(c, &st, seed, &off);
             CHECK(off == o + adv);
@@ -832,7 +819,7 @@ static void test_rng_structure(void) {
 
         /* empty draw: no words, offset unchanged */
         int64_t zsz[2] = {0, 5};
-        nk_tensor zt = make_tensor(NULL, c->dtype, 2, zsz, cstr);
+        nk_tensor zt = mk(NULL, c->dtype, 2, zsz, cstr);
         off = o;
         CHECK(draw(c, &zt, seed, &off) == NK_SUCCESS && off == o);
     }
@@ -953,7 +940,7 @@ static void test_rng_statistics(void) {
     /* bernoulli with a probability tensor: broadcast row of 4 probabilities over 250000 rows */
     double prow[4] = {0.0, 0.25, 0.5, 1.0};
     int64_t bs[2] = {N / 4, 4}, bst[2] = {4, 1}, pst[2] = {0, 1};
-    nk_tensor bt = make_tensor(b, NK_U8, 2, bs, bst), pt = make_tensor(prow, NK_F64, 2, bs, pst);
+    nk_tensor bt = mk(b, NK_U8, 2, bs, bst), pt = mk(prow, NK_F64, 2, bs, pst);
     CHECK(nk_rng_bernoulli_tensor(&bt, &pt, 5, &off) == NK_SUCCESS);
     int64_t cnt[4] = {0};
     for (int k = 0; k < N; k++) cnt[k % 4] += b[k];
@@ -963,9 +950,9 @@ static void test_rng_statistics(void) {
     /* a constant probability tensor (half precision, broadcast everywhere) equals the scalar kernel */
     uint16_t phalf = 0x3800; /* 0.5 */
     int64_t zst[2] = {0, 0};
-    nk_tensor pc = make_tensor(&phalf, NK_F16, 2, bs, zst);
+    nk_tensor pc = mk(&phalf, NK_F16, 2, bs, zst);
     uint8_t *b2 = malloc(N);
-    nk_tensor bt2 = make_tensor(b2, NK_U8, 2, bs, bst);
+    nk_tensor bt2 = mk(b2, NK_U8, 2, bs, bst);
     uint64_t o1 = 77, o2 = 77;
     CHECK(nk_rng_bernoulli_tensor(&bt, &pc, 6, &o1) == NK_SUCCESS);
     CHECK(nk_rng_bernoulli(&bt2, 6, &o2, 0.5) == NK_SUCCESS);
